@@ -1,0 +1,155 @@
+"""The one way to run long work: progress reports and cooperative cancellation.
+
+Every long job in QuantDesk (convert, quantize, download, benchmark) is a plain function
+that takes an optional ``report`` callback receiving :class:`Progress` and an optional
+:class:`CancelToken` that it checks between units of work (a tensor, a chunk, a file).
+The CLI turns the reports into a progress bar; ``app.ui`` wraps a job once in a worker
+thread whose signal feeds a progress bar and whose Cancel button sets the token.
+
+Jobs leave no partial output when cancelled or failing: see :func:`atomic_output`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from app.core.errors import Cancelled
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a job's progress.
+
+    Attributes:
+        done: Units finished so far (bytes, tensors, tokens: the job decides).
+        total: Units in the whole job, or ``None`` when not known yet.
+        stage: Short name of what the job is doing now ("Reading", "Quantizing").
+        detail: Free text for the current unit, e.g. a tensor or file name.
+    """
+
+    done: float
+    total: Optional[float]
+    stage: str = ""
+    detail: str = ""
+
+    @property
+    def fraction(self) -> Optional[float]:
+        """Done as a fraction in [0, 1], or ``None`` when the total is unknown."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class CancelToken:
+    """A flag a job checks between units of work; setting it asks the job to stop.
+
+    A thin wrapper over :class:`threading.Event` so that any thread (the GUI's Cancel
+    button, a signal handler in the CLI) can cancel, and the job raises
+    :class:`~app.core.errors.Cancelled` at its next check.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the job to stop at its next check."""
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether cancellation was asked for."""
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`Cancelled` when cancellation was asked for."""
+        if self._event.is_set():
+            raise Cancelled()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early on cancel; True if cancelled."""
+        return self._event.wait(timeout)
+
+
+def check(token: Optional[CancelToken]) -> None:
+    """Raise :class:`Cancelled` if ``token`` is set; a no-op for ``None``."""
+    if token is not None:
+        token.raise_if_cancelled()
+
+
+class ProgressReporter:
+    """Helps a job report :class:`Progress` with a known total and an ETA.
+
+    Calls the callback at most every ``min_interval`` seconds (and always for the last
+    unit), so a job with millions of tiny units does not flood a GUI signal.
+    """
+
+    def __init__(
+        self,
+        report: Optional[ProgressCallback],
+        total: Optional[float],
+        stage: str,
+        min_interval: float = 0.05,
+    ) -> None:
+        self._report = report
+        self.total = total
+        self.stage = stage
+        self.done = 0.0
+        self._min_interval = min_interval
+        self._last = 0.0
+        self.started = time.monotonic()
+
+    def eta_seconds(self) -> Optional[float]:
+        """Seconds left, extrapolated from the rate so far; ``None`` until known."""
+        if not self.total or self.done <= 0:
+            return None
+        elapsed = time.monotonic() - self.started
+        return elapsed * (self.total - self.done) / self.done
+
+    def advance(self, units: float, detail: str = "") -> None:
+        """Add ``units`` to the done count and report if enough time has passed."""
+        self.done += units
+        now = time.monotonic()
+        finished = self.total is not None and self.done >= self.total
+        if self._report and (finished or now - self._last >= self._min_interval):
+            self._last = now
+            self._report(Progress(self.done, self.total, self.stage, detail))
+
+
+@contextlib.contextmanager
+def atomic_output(target: os.PathLike | str, suffix: str = ".part") -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; rename it onto ``target`` on success.
+
+    On any exception (cancellation included) the temporary file is removed and
+    ``target`` is left as it was, so a failed or cancelled job never leaves a
+    half-written model where a complete one is expected.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+@dataclass
+class JobResult:
+    """What a finished job hands back to the CLI or the GUI."""
+
+    outputs: list[Path] = field(default_factory=list)
+    summary: str = ""

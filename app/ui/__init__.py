@@ -1,0 +1,1 @@
+"""The Qt user interface: the only package of QuantDesk that imports PySide6."""

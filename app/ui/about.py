@@ -1,0 +1,33 @@
+"""The About box's text: QuantDesk, llama.cpp and Qt versions."""
+
+from __future__ import annotations
+
+import PySide6
+from PySide6.QtCore import qVersion
+
+from app import APP_NAME, __version__
+
+
+def llama_version_text() -> str:
+    """llama-cpp-python's version and the CPU features its llama.cpp was built with."""
+    from app.core.errors import QuantDeskError
+    from models.hardware import backend_names
+    from models.llama_lib import llama_cpp_python_version
+
+    py_version = llama_cpp_python_version()
+    if py_version is None:
+        return "not installed"
+    try:
+        backends = ", ".join(backend_names())
+    except QuantDeskError as exc:
+        backends = exc.user_message
+    return f"llama-cpp-python {py_version} (backends: {backends})"
+
+
+def about_text() -> str:
+    """Plain-text lines shown in the About box."""
+    return (
+        f"{APP_NAME} {__version__}\n"
+        f"llama.cpp: {llama_version_text()}\n"
+        f"Qt {qVersion()} (PySide6 {PySide6.__version__})"
+    )

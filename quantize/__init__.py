@@ -1,0 +1,1 @@
+"""Turning model files into GGUF files: convert, quantize, measure. Qt-free."""

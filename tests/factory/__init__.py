@@ -1,0 +1,1 @@
+"""Factories that write tiny but real-format model files for tests."""

@@ -1,0 +1,204 @@
+"""Write tiny, real-format Hugging Face checkpoints for every supported architecture.
+
+A checkpoint is what a user downloads from the Hub: ``config.json``, safetensors weights
+(one file, or shards with ``model.safetensors.index.json``), ``tokenizer.json``,
+``tokenizer_config.json`` with a chat template and special tokens, and
+``generation_config.json``. Models have a few hundred KB of random weights, so tests can
+convert and run them in seconds, and transformers loads them as it loads real models.
+
+Architectures register as :class:`ArchSpec` entries in :data:`ARCHITECTURES`; the
+converter's issue adds more families the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from tests.factory.safetensors_writer import write_safetensors
+from tests.factory.tokenizer import CHATML_SPECIALS, train_bpe_tokenizer
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """How to write one architecture family's config and weights.
+
+    Attributes:
+        model_type: ``config.json``'s ``model_type``.
+        hf_class: ``config.json``'s ``architectures[0]``.
+        config: Extra config keys for the family (merged over the common ones).
+        tensors: Given the finished config, name → shape of every weight.
+    """
+
+    model_type: str
+    hf_class: str
+    config: dict
+    tensors: Callable[[dict], dict[str, tuple[int, ...]]]
+
+
+def _llama_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    head_dim = cfg["head_dim"]
+    q_dim = cfg["num_attention_heads"] * head_dim
+    kv_dim = cfg["num_key_value_heads"] * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.q_proj.weight": (q_dim, hidden),
+            p + "self_attn.k_proj.weight": (kv_dim, hidden),
+            p + "self_attn.v_proj.weight": (kv_dim, hidden),
+            p + "self_attn.o_proj.weight": (hidden, q_dim),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_proj.weight": (inter, hidden),
+            p + "mlp.up_proj.weight": (inter, hidden),
+            p + "mlp.down_proj.weight": (hidden, inter),
+        })
+    shapes["model.norm.weight"] = (hidden,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (vocab, hidden)
+    return shapes
+
+
+ARCHITECTURES: dict[str, ArchSpec] = {
+    "llama": ArchSpec(
+        model_type="llama",
+        hf_class="LlamaForCausalLM",
+        config={"rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+                "attention_bias": False, "mlp_bias": False, "pretraining_tp": 1},
+        tensors=_llama_tensors,
+    ),
+}
+
+
+@dataclass
+class TinyCheckpoint:
+    """What the factory wrote, for tests to assert against."""
+
+    path: Path
+    arch: str
+    dtype: str
+    config: dict
+    tensor_shapes: dict[str, tuple[int, ...]]
+    weight_files: list[Path] = field(default_factory=list)
+
+
+def _weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:  # norms scale activations: keep them near 1
+            out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            out[name] = (rng.standard_normal(shape) * 0.08).astype(np.float32)
+    return out
+
+
+def write_tiny_checkpoint(
+    dest: Path,
+    arch: str = "llama",
+    dtype: str = "float32",
+    shards: int = 1,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+    vocab_size: int = 384,
+    config_overrides: Optional[dict] = None,
+) -> TinyCheckpoint:
+    """Write a tiny checkpoint of ``arch`` into ``dest`` (created if needed).
+
+    Args:
+        dest: Folder to write into.
+        arch: A key of :data:`ARCHITECTURES`.
+        dtype: ``float32``, ``float16`` or ``bfloat16`` — the safetensors storage type.
+        shards: Number of safetensors files; more than one writes an index too.
+        tie_word_embeddings: Share the embedding matrix with the output head.
+        seed: Seed of the random weights.
+        vocab_size: Target size of the trained BPE vocabulary.
+        config_overrides: Keys replacing the defaults in ``config.json``.
+    """
+    spec = ARCHITECTURES[arch]
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = train_bpe_tokenizer(vocab_size)
+    tokenizer.save(str(dest / "tokenizer.json"))
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    ids = {tok: tokenizer.token_to_id(tok) for tok in CHATML_SPECIALS}
+
+    config = {
+        "architectures": [spec.hf_class],
+        "model_type": spec.model_type,
+        "vocab_size": vocab,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 512,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": tie_word_embeddings,
+        "bos_token_id": ids["<|im_start|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "torch_dtype": dtype,
+        "use_cache": True,
+        **spec.config,
+        **(config_overrides or {}),
+    }
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    (dest / "generation_config.json").write_text(json.dumps({
+        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+    }, indent=2))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": config["max_position_embeddings"],
+        "chat_template": CHATML_TEMPLATE,
+        "added_tokens_decoder": {
+            str(i): {"content": tok, "special": True, "normalized": False,
+                     "lstrip": False, "rstrip": False, "single_word": False}
+            for tok, i in ids.items()
+        },
+    }, indent=2))
+    (dest / "special_tokens_map.json").write_text(json.dumps({
+        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+    }, indent=2))
+
+    shapes = spec.tensors(config)
+    weights = _weights(shapes, seed)
+    names = list(weights)
+    files: list[Path] = []
+    if shards <= 1:
+        files.append(dest / "model.safetensors")
+        write_safetensors(files[0], weights, dtype)
+    else:
+        groups = np.array_split(np.arange(len(names)), shards)
+        weight_map, total = {}, 0
+        for n, group in enumerate(groups, start=1):
+            file = dest / f"model-{n:05d}-of-{shards:05d}.safetensors"
+            part = {names[i]: weights[names[i]] for i in group}
+            total += write_safetensors(file, part, dtype)
+            weight_map.update({name: file.name for name in part})
+            files.append(file)
+        (dest / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return TinyCheckpoint(dest, arch, dtype, config, shapes, files)
