@@ -105,7 +105,7 @@ class ProgressReporter:
         self.stage = stage
         self.done = 0.0
         self._min_interval = min_interval
-        self._last = 0.0
+        self._last = float("-inf")  # the first unit is always reported
         self.started = time.monotonic()
 
     def eta_seconds(self) -> Optional[float]:

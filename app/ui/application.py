@@ -8,7 +8,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import APP_NAME, __version__
-from assets import icon_path
+from assets import icon_path, style_sheet
 
 
 def create_application(argv: list[str] | None = None) -> QApplication:
@@ -19,6 +19,7 @@ def create_application(argv: list[str] | None = None) -> QApplication:
     app.setApplicationVersion(__version__)
     app.setOrganizationName(APP_NAME)
     app.setWindowIcon(QIcon(str(icon_path())))
+    app.setStyleSheet(style_sheet())
     return app  # type: ignore[return-value]
 
 

