@@ -8,12 +8,14 @@ traceback; the details go to the log file.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from typing import Optional, Sequence
 
 from app import APP_NAME, __version__
+from app.commands import COMMAND_MODULES
 from app.core.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
@@ -44,17 +46,12 @@ def version_text() -> str:
     )
 
 
-def _cmd_doctor(_args: argparse.Namespace) -> int:
-    from app.core import doctor
-
-    print(doctor.format_report(doctor.collect()))
-    return 0
-
-
-def _cmd_gui(_args: argparse.Namespace) -> int:
+def _cmd_gui(args: argparse.Namespace) -> int:
     if not has_display():
+        from app.commands import doctor
+
         print(NO_DISPLAY_MESSAGE, flush=True)
-        return _cmd_doctor(_args)
+        return doctor.run(args)
     from app.ui.application import run_gui
 
     return run_gui()
@@ -69,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     parser.set_defaults(func=_cmd_gui)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    doctor = sub.add_parser("doctor", help="print versions, CPU/GPU backends, folders, disk and RAM")
-    doctor.set_defaults(func=_cmd_doctor)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
     return parser
 
 

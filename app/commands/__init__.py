@@ -1,0 +1,10 @@
+"""Subcommands of the ``quantdesk`` CLI, one module each.
+
+A module here defines ``register(subparsers)``, which adds its parser and sets
+``func`` to a function taking the parsed arguments and returning an exit code. To add
+a command, write its module and list it in :data:`COMMAND_MODULES`.
+"""
+
+COMMAND_MODULES = [
+    "app.commands.doctor",
+]

@@ -1,0 +1,75 @@
+"""Running a long job from the terminal: a progress bar on stderr and Ctrl+C as Cancel.
+
+The CLI's counterpart of the GUI's worker: :func:`run_job` calls a job function with a
+:class:`ConsoleProgress` as its ``report`` and a :class:`~app.core.jobs.CancelToken`
+that the first Ctrl+C sets (a second Ctrl+C interrupts at once).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Optional, TextIO, TypeVar
+
+from app.core.jobs import CancelToken, Progress
+
+T = TypeVar("T")
+
+
+def _format_eta(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+class ConsoleProgress:
+    """A :data:`~app.core.jobs.ProgressCallback` that draws one updating line."""
+
+    def __init__(self, stream: TextIO = sys.stderr, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.started = time.monotonic()
+        self._tty = getattr(stream, "isatty", lambda: False)()
+        self._last_stage = ""
+
+    def __call__(self, p: Progress) -> None:
+        fraction = p.fraction
+        elapsed = time.monotonic() - self.started
+        eta = elapsed * (1 - fraction) / fraction if fraction else None
+        if fraction is None:
+            bar, pct = "?" * self.width, "   ?%"
+        else:
+            filled = int(fraction * self.width)
+            bar, pct = "#" * filled + "-" * (self.width - filled), f"{fraction * 100:5.1f}%"
+        line = f"{p.stage:<12} [{bar}] {pct} ETA {_format_eta(eta)}  {p.detail}"[:160]
+        if self._tty:
+            self.stream.write("\r\x1b[2K" + line)
+            if fraction is not None and fraction >= 1:
+                self.stream.write("\n")
+        elif p.stage != self._last_stage or (fraction is not None and fraction >= 1):
+            self.stream.write(line + "\n")  # logs and pipes: one line per stage and at the end
+        self._last_stage = p.stage
+        self.stream.flush()
+
+
+def run_job(job: Callable[[ConsoleProgress, CancelToken], T]) -> T:
+    """Run ``job(report, cancel)`` with a progress bar; the first Ctrl+C cancels it."""
+    token = CancelToken()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(signum, frame):
+            if token.cancelled:
+                raise KeyboardInterrupt
+            sys.stderr.write("\nCancelling... (Ctrl+C again to stop at once)\n")
+            token.cancel()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return job(ConsoleProgress(), token)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,77 @@
+"""Encoding float32 rows into a GGML tensor type: the one entry point for block quantizers.
+
+``encode_rows(values, qtype, imatrix)`` turns a ``(rows, n_per_row)`` float32 array into
+the ``(rows, row_bytes)`` uint8 array llama.cpp stores for ``qtype``. Float types are
+plain casts; quantized types dispatch to the encoder registered for them in
+:data:`ENCODERS` (our numpy block quantizers register themselves on import).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from app.core.errors import QuantDeskError
+
+#: ``encoder(values_f32[rows, n_per_row], imatrix_or_None[n_per_row]) -> uint8[rows, row_bytes]``
+Encoder = Callable[[np.ndarray, Optional[np.ndarray]], np.ndarray]
+ENCODERS: dict[GGMLQuantizationType, Encoder] = {}
+
+
+def register_encoder(qtype: GGMLQuantizationType) -> Callable[[Encoder], Encoder]:
+    """Decorator: make ``fn`` the encoder of ``qtype``."""
+    def deco(fn: Encoder) -> Encoder:
+        ENCODERS[qtype] = fn
+        return fn
+    return deco
+
+
+def row_bytes(n_per_row: int, qtype: GGMLQuantizationType) -> int:
+    """Bytes of one row of ``n_per_row`` values stored as ``qtype``."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    if n_per_row % block:
+        raise ValueError(f"a row of {n_per_row} values is not a multiple of {qtype.name}'s block of {block}")
+    return n_per_row // block * size
+
+
+def tensor_bytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
+    """Bytes of a whole tensor of numpy-order ``shape`` stored as ``qtype``."""
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    return rows * row_bytes(shape[-1], qtype)
+
+
+def _f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    # Same rounding as ggml_compute_fp32_to_bf16: NaN kept quiet, otherwise round to nearest even.
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)).astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if nan.any():
+        rounded[nan] = ((bits[nan] >> np.uint32(16)) | np.uint32(64)).astype(np.uint16)
+    return rounded
+
+
+def encode_rows(values: np.ndarray, qtype: GGMLQuantizationType,
+                imatrix: Optional[np.ndarray] = None) -> np.ndarray:
+    """Encode float32 ``values`` of shape ``(rows, n_per_row)`` as ``qtype``.
+
+    Returns:
+        A ``(rows, row_bytes)`` uint8 array: exactly the bytes llama.cpp writes.
+    """
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if values.ndim == 1:
+        values = values.reshape(1, -1)
+    rows = values.shape[0]
+    if qtype == GGMLQuantizationType.F32:
+        return values.view(np.uint8).reshape(rows, -1)
+    if qtype == GGMLQuantizationType.F16:
+        return values.astype(np.float16).view(np.uint8).reshape(rows, -1)
+    if qtype == GGMLQuantizationType.BF16:
+        return _f32_to_bf16_bits(values).view(np.uint8).reshape(rows, -1)
+    encoder = ENCODERS.get(qtype)
+    if encoder is None:
+        raise QuantDeskError(f"QuantDesk cannot write {qtype.name} tensors yet.",
+                             "Choose another quantization type.")
+    row_bytes(values.shape[1], qtype)  # validates the block multiple
+    return encoder(values, imatrix)

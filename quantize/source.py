@@ -1,0 +1,79 @@
+"""The tensor stream: what the converter produces and the quantizer consumes.
+
+A :class:`TensorSource` is a model seen as GGUF metadata plus a sequence of named
+float tensors that are loaded one at a time. The converter's HF-folder source and the
+reader of an existing F32/F16/BF16 GGUF both implement it, so "HF folder → Q4_K_M"
+goes through the same writer as "GGUF → Q4_K_M" with no intermediate file on disk.
+
+Shapes are numpy order: ``(..., rows, n_per_row)``, i.e. GGUF's ``ne`` reversed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFValueType
+
+
+@dataclass(frozen=True)
+class MetadataEntry:
+    """One GGUF key/value pair, with its GGUF type (and element type for arrays)."""
+
+    key: str
+    value: Any
+    type: GGUFValueType
+    sub_type: Optional[GGUFValueType] = None
+
+
+@dataclass(frozen=True)
+class SourceTensor:
+    """A named tensor whose values are read only when :attr:`load` is called.
+
+    Attributes:
+        name: GGUF tensor name, e.g. ``blk.0.attn_q.weight``.
+        shape: numpy-order shape; the last axis is the row (``n_per_row``).
+        stored_type: How the source stores it (F32, F16 or BF16).
+        load: Returns the values as a C-contiguous float32 array of ``shape``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    stored_type: GGMLQuantizationType
+    load: Callable[[], np.ndarray]
+
+    @property
+    def n_elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def n_per_row(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def n_rows(self) -> int:
+        return self.n_elements // self.shape[-1] if self.shape else 1
+
+
+class TensorSource(Protocol):
+    """A model as GGUF metadata and a lazily loaded, ordered list of tensors."""
+
+    #: Where the model comes from, for messages ("model.gguf", "folder/").
+    description: str
+    #: ``general.architecture``, e.g. ``llama``.
+    arch: str
+
+    def metadata(self) -> list[MetadataEntry]:
+        """Every key/value to write, except ``general.architecture`` (the writer adds it)."""
+        ...
+
+    def tensors(self) -> list[SourceTensor]:
+        """All tensors in output order; cheap (nothing is loaded)."""
+        ...
+
+
+def iter_loaded(source: TensorSource) -> Iterator[tuple[SourceTensor, np.ndarray]]:
+    """Yield each tensor with its loaded values, one at a time (bounded memory)."""
+    for tensor in source.tensors():
+        yield tensor, tensor.load()
