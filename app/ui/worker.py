@@ -1,0 +1,67 @@
+"""Running a core job off the GUI thread: the one Qt wrapper every long job goes through.
+
+A job is a plain function ``job(report, cancel) -> result`` from the Qt-free core (the
+same shape :func:`app.core.console.run_job` runs in the terminal). :class:`JobWorker`
+runs it on Qt's global thread pool; its signals carry :class:`~app.core.jobs.Progress`
+snapshots, the result, or the user-facing error sentence back to the GUI thread, and
+:meth:`JobWorker.cancel` sets the job's :class:`~app.core.jobs.CancelToken`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+from app.core.errors import Cancelled, QuantDeskError
+from app.core.jobs import CancelToken, Progress
+
+log = logging.getLogger(__name__)
+
+Job = Callable[[Callable[[Progress], None], CancelToken], Any]
+
+
+class JobSignals(QObject):
+    """Signals of a :class:`JobWorker` (a QRunnable cannot own signals itself)."""
+
+    progress = Signal(object)   # Progress
+    finished = Signal(object)   # the job's return value
+    failed = Signal(str)        # a sentence for the user
+    cancelled = Signal()
+
+
+class JobWorker(QRunnable):
+    """Run ``job`` on a pool thread; connect to :attr:`signals` before :meth:`start`."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__()
+        self.job = job
+        self.token = CancelToken()
+        self.signals = JobSignals()
+        self.setAutoDelete(False)  # the GUI keeps the worker while showing its result
+
+    def start(self, pool: QThreadPool | None = None) -> "JobWorker":
+        """Queue the job on ``pool`` (the global pool by default)."""
+        (pool or QThreadPool.globalInstance()).start(self)
+        return self
+
+    def cancel(self) -> None:
+        """Ask the job to stop at its next check; it then emits ``cancelled``."""
+        self.token.cancel()
+
+    def run(self) -> None:  # runs on a pool thread
+        try:
+            result = self.job(self.signals.progress.emit, self.token)
+        except Cancelled:
+            self.signals.cancelled.emit()
+        except QuantDeskError as exc:
+            self.signals.failed.emit(exc.user_message)
+        except Exception as exc:  # a bug: the user still gets a sentence, the log the trace
+            log.exception("job failed")
+            self.signals.failed.emit(
+                f"Something went wrong inside QuantDesk ({type(exc).__name__}: {exc}). "
+                "The details are in the log file; please report it."
+            )
+        else:
+            self.signals.finished.emit(result)
