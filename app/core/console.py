@@ -29,11 +29,12 @@ def _format_eta(seconds: Optional[float]) -> str:
 class ConsoleProgress:
     """A :data:`~app.core.jobs.ProgressCallback` that draws one updating line."""
 
-    def __init__(self, stream: TextIO = sys.stderr, width: int = 30) -> None:
-        self.stream = stream
+    def __init__(self, stream: Optional[TextIO] = None, width: int = 30) -> None:
+        # sys.stderr looked up now, not at import: it may have been replaced since (tests, GUI).
+        self.stream = stream if stream is not None else sys.stderr
         self.width = width
         self.started = time.monotonic()
-        self._tty = getattr(stream, "isatty", lambda: False)()
+        self._tty = getattr(self.stream, "isatty", lambda: False)()
         self._last_stage = ""
 
     def __call__(self, p: Progress) -> None:

@@ -138,6 +138,10 @@ def atomic_output(target: os.PathLike | str, suffix: str = ".part") -> Iterator[
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    # mkstemp makes the file private (0600); give it the mode open() would have (0666 - umask).
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(tmp, target)

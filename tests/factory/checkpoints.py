@@ -21,6 +21,9 @@ import numpy as np
 
 from tests.factory.safetensors_writer import write_safetensors
 from tests.factory.tokenizer import CHATML_SPECIALS, train_bpe_tokenizer
+from tests.factory.tokenizer_flavours import (
+    GEMMA_TEMPLATE, MISTRAL_TEMPLATE, PHI3_TEMPLATE, TokenizerFiles, write_byte_level_bpe,
+    write_sentencepiece)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -45,6 +48,10 @@ class ArchSpec:
     hf_class: str
     config: dict
     tensors: Callable[[dict], dict[str, tuple[int, ...]]]
+    #: "chatml-bpe" (Llama-3 split, the default), "qwen2-bpe", "smollm-bpe", or a
+    #: SentencePiece style: "llama-spm", "gemma-spm", "phi3-spm" (tests.factory.tokenizer_flavours).
+    tokenizer: str = "chatml-bpe"
+    chat_template: str = CHATML_TEMPLATE
 
 
 def _llama_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
@@ -83,6 +90,92 @@ ARCHITECTURES: dict[str, ArchSpec] = {
 }
 
 
+def _qwen2_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    shapes = _llama_tensors(cfg)
+    hd = cfg["head_dim"]
+    for i in range(cfg["num_hidden_layers"]):  # Qwen2 has biases on Q, K and V only
+        p = f"model.layers.{i}.self_attn."
+        shapes[p + "q_proj.bias"] = (cfg["num_attention_heads"] * hd,)
+        shapes[p + "k_proj.bias"] = (cfg["num_key_value_heads"] * hd,)
+        shapes[p + "v_proj.bias"] = (cfg["num_key_value_heads"] * hd,)
+    return shapes
+
+
+def _qk_norm_tensors(cfg: dict, base: Callable[[dict], dict]) -> dict[str, tuple[int, ...]]:
+    shapes = base(cfg)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}.self_attn."
+        shapes[p + "q_norm.weight"] = (cfg["head_dim"],)
+        shapes[p + "k_norm.weight"] = (cfg["head_dim"],)
+    return shapes
+
+
+def _gemma_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    shapes = _llama_tensors({**cfg, "tie_word_embeddings": True})  # Gemma always ties
+    for i in range(cfg["num_hidden_layers"]):  # sandwich norms around attention and MLP
+        p = f"model.layers.{i}."
+        shapes[p + "pre_feedforward_layernorm.weight"] = (cfg["hidden_size"],)
+        shapes[p + "post_feedforward_layernorm.weight"] = (cfg["hidden_size"],)
+    return shapes
+
+
+def _phi3_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    hidden, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    qkv = (cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]) * hd
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg["vocab_size"], hidden)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (hidden,),
+            p + "self_attn.qkv_proj.weight": (qkv, hidden),
+            p + "self_attn.o_proj.weight": (hidden, cfg["num_attention_heads"] * hd),
+            p + "post_attention_layernorm.weight": (hidden,),
+            p + "mlp.gate_up_proj.weight": (2 * inter, hidden),
+            p + "mlp.down_proj.weight": (hidden, inter),
+        })
+    shapes["model.norm.weight"] = (hidden,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (cfg["vocab_size"], hidden)
+    return shapes
+
+
+_LLAMA_CONFIG = ARCHITECTURES["llama"].config
+_GEMMA_CONFIG = {"hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                 "query_pre_attn_scalar": 16, "attention_bias": False, "tie_word_embeddings": True,
+                 "sliding_window": 128, "pad_token_id": 0}
+ARCHITECTURES.update({
+    # Llama 3.1-style "llama3" RoPE scaling; a small original context makes every band matter.
+    "llama3": ArchSpec("llama", "LlamaForCausalLM", {**_LLAMA_CONFIG, "rope_theta": 500000.0, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}}, _llama_tensors),
+    "smollm": ArchSpec("llama", "LlamaForCausalLM", _LLAMA_CONFIG, _llama_tensors, tokenizer="smollm-bpe"),
+    "tinyllama": ArchSpec("llama", "LlamaForCausalLM", _LLAMA_CONFIG, _llama_tensors, tokenizer="llama-spm",
+                          chat_template=MISTRAL_TEMPLATE),
+    "mistral": ArchSpec("mistral", "MistralForCausalLM", {**_LLAMA_CONFIG, "sliding_window": None},
+                        _llama_tensors, tokenizer="llama-spm", chat_template=MISTRAL_TEMPLATE),
+    "qwen2": ArchSpec("qwen2", "Qwen2ForCausalLM", {"rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                      "hidden_act": "silu", "use_sliding_window": False, "sliding_window": None},
+                      _qwen2_tensors, tokenizer="qwen2-bpe"),
+    "qwen3": ArchSpec("qwen3", "Qwen3ForCausalLM", {"rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                      "hidden_act": "silu", "attention_bias": False, "use_sliding_window": False,
+                      "sliding_window": None}, lambda c: _qk_norm_tensors(c, _llama_tensors),
+                      tokenizer="qwen2-bpe"),
+    # Small soft-caps so that capping changes the logits of these tiny models.
+    "gemma2": ArchSpec("gemma2", "Gemma2ForCausalLM", {**_GEMMA_CONFIG, "attn_logit_softcapping": 1.0,
+                       "final_logit_softcapping": 2.0}, _gemma_tensors, tokenizer="gemma-spm",
+                       chat_template=GEMMA_TEMPLATE),
+    "gemma3": ArchSpec("gemma3_text", "Gemma3ForCausalLM", {**_GEMMA_CONFIG, "rope_theta": 1000000.0,
+                       "rope_local_base_freq": 10000.0, "attn_logit_softcapping": None,
+                       "final_logit_softcapping": None,
+                       "layer_types": ["sliding_attention", "full_attention"]},
+                       lambda c: _qk_norm_tensors(c, _gemma_tensors), tokenizer="gemma-spm",
+                       chat_template=GEMMA_TEMPLATE),
+    "phi3": ArchSpec("phi3", "Phi3ForCausalLM", {"rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                     "hidden_act": "silu", "original_max_position_embeddings": 512, "sliding_window": None,
+                     "attention_bias": False, "pad_token_id": None}, _phi3_tensors, tokenizer="phi3-spm",
+                     chat_template=PHI3_TEMPLATE),
+})
+
 @dataclass
 class TinyCheckpoint:
     """What the factory wrote, for tests to assert against."""
@@ -104,6 +197,52 @@ def _weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndar
         else:
             out[name] = (rng.standard_normal(shape) * 0.08).astype(np.float32)
     return out
+
+
+def _write_chatml_tokenizer_config(dest: Path, ids: dict[str, int], config: dict) -> None:
+    """tokenizer_config.json and special_tokens_map.json of the default ChatML BPE."""
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|im_start|>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": config["max_position_embeddings"],
+        "chat_template": CHATML_TEMPLATE,
+        "added_tokens_decoder": {
+            str(i): {"content": tok, "special": True, "normalized": False,
+                     "lstrip": False, "rstrip": False, "single_word": False}
+            for tok, i in ids.items()
+        },
+    }, indent=2))
+    (dest / "special_tokens_map.json").write_text(json.dumps({
+        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+        "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+    }, indent=2))
+
+
+
+def _finish_tokenizer_config(dest: Path, chat_template: str) -> None:
+    """Add the family's chat template to the tokenizer_config.json a flavour wrote."""
+    path = dest / "tokenizer_config.json"
+    data = json.loads(path.read_text())
+    data["chat_template"] = chat_template
+    path.write_text(json.dumps(data, indent=2))
+
+
+def write_flavour(dest: Path, flavour: str, vocab_size: int) -> TokenizerFiles:
+    """Write the tokenizer files of a non-default ``ArchSpec.tokenizer`` flavour.
+
+    BPE flavours train to ``vocab_size``; SentencePiece ones to 600 pieces (they need room
+    for the byte-fallback pieces and the corpus's characters).
+    """
+    kind, _, style = flavour.partition("-")
+    if style == "bpe":
+        return write_byte_level_bpe(dest, kind, vocab_size, 512)
+    return write_sentencepiece(dest, kind, 512)
 
 
 def write_tiny_checkpoint(
@@ -132,10 +271,15 @@ def write_tiny_checkpoint(
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = train_bpe_tokenizer(vocab_size)
-    tokenizer.save(str(dest / "tokenizer.json"))
-    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
-    ids = {tok: tokenizer.token_to_id(tok) for tok in CHATML_SPECIALS}
+    if spec.tokenizer == "chatml-bpe":
+        tokenizer = train_bpe_tokenizer(vocab_size)
+        tokenizer.save(str(dest / "tokenizer.json"))
+        vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        ids = {tok: tokenizer.token_to_id(tok) for tok in CHATML_SPECIALS}
+        flavour = None
+    else:
+        flavour = write_flavour(dest, spec.tokenizer, vocab_size)
+        vocab, ids = flavour.vocab_size, flavour.ids
 
     config = {
         "architectures": [spec.hf_class],
@@ -150,8 +294,8 @@ def write_tiny_checkpoint(
         "max_position_embeddings": 512,
         "initializer_range": 0.02,
         "tie_word_embeddings": tie_word_embeddings,
-        "bos_token_id": ids["<|im_start|>"],
-        "eos_token_id": ids["<|im_end|>"],
+        "bos_token_id": ids[flavour.bos] if flavour and flavour.bos else ids["<|im_start|>"],
+        "eos_token_id": ids[flavour.eos] if flavour else ids["<|im_end|>"],
         "torch_dtype": dtype,
         "use_cache": True,
         **spec.config,
@@ -161,27 +305,10 @@ def write_tiny_checkpoint(
     (dest / "generation_config.json").write_text(json.dumps({
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
     }, indent=2))
-    (dest / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>",
-        "unk_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": config["max_position_embeddings"],
-        "chat_template": CHATML_TEMPLATE,
-        "added_tokens_decoder": {
-            str(i): {"content": tok, "special": True, "normalized": False,
-                     "lstrip": False, "rstrip": False, "single_word": False}
-            for tok, i in ids.items()
-        },
-    }, indent=2))
-    (dest / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
-        "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-    }, indent=2))
+    if flavour is not None:
+        _finish_tokenizer_config(dest, spec.chat_template)
+    else:
+        _write_chatml_tokenizer_config(dest, ids, config)
 
     shapes = spec.tensors(config)
     weights = _weights(shapes, seed)
