@@ -71,6 +71,10 @@ def encode_rows(values: np.ndarray, qtype: GGMLQuantizationType,
         return _f32_to_bf16_bits(values).view(np.uint8).reshape(rows, -1)
     encoder = ENCODERS.get(qtype)
     if encoder is None:
+        # Lazy: the block quantizers register themselves when their package is imported.
+        import quantize.blocks  # noqa: F401
+        encoder = ENCODERS.get(qtype)
+    if encoder is None:
         raise QuantDeskError(f"QuantDesk cannot write {qtype.name} tensors yet.",
                              "Choose another quantization type.")
     row_bytes(values.shape[1], qtype)  # validates the block multiple
