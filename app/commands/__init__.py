@@ -7,4 +7,8 @@ a command, write its module and list it in :data:`COMMAND_MODULES`.
 
 COMMAND_MODULES = [
     "app.commands.doctor",
+    "app.commands.convert",
+    "app.commands.quantize",
+    "app.commands.search", "app.commands.pull", "app.commands.list", "app.commands.rm",
+    "app.commands.chat", "app.commands.bench",
 ]

@@ -1,0 +1,43 @@
+"""``quantdesk list``: the models on disk, with their metadata."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _params(n) -> str:
+    if not n:
+        return "-"
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def _print_unfinished(models_dir) -> None:
+    from models.hub.downloads import incomplete_downloads
+
+    for plan in incomplete_downloads(models_dir):
+        names = ", ".join(f.path for f in plan.files)
+        print(f"Unfinished download: {plan.repo_id} ({names}); `quantdesk pull {plan.repo_id}:QUANT` resumes it.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from models.library import Library
+
+    library = Library()
+    library.scan()
+    models = library.models()
+    _print_unfinished(library.models_dir)
+    if not models:
+        print(f"No models yet in {library.models_dir}. Try `quantdesk search` and `quantdesk pull`.")
+        return 0
+    print(f"{'NAME':<32} {'ARCH':<10} {'PARAMS':>7} {'QUANT':<8} {'CTX':>7} {'SIZE':>9} {'SOURCE':<10} PATH")
+    for m in models:
+        ctx = str(m.context_length) if m.context_length else "-"
+        print(f"{m.name[:32]:<32} {(m.architecture or '?')[:10]:<10} {_params(m.parameters):>7} "
+              f"{(m.quant or '-')[:8]:<8} {ctx:>7} {m.size / 2**30:7.2f}GB {m.source:<10} {m.path}"
+              + (f"  (unreadable: {m.error})" if m.error else ""))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("list", help="list the models on disk")
+    parser.set_defaults(func=run)

@@ -1,0 +1,100 @@
+"""Which Hub to talk to and with which token.
+
+Read at call time rather than import time (``huggingface_hub.constants`` freezes
+``HF_ENDPOINT`` and ``HF_HOME`` when first imported), so a setting changed in the app, or
+a test pointing ``HF_ENDPOINT`` at a local server, takes effect at once.
+
+Token order: ``HF_TOKEN`` in the environment, then the token stored by QuantDesk
+(``config/hf_token``, mode 0600), then the Hugging Face CLI's login (``$HF_HOME/token``).
+A token is never logged or printed: :func:`describe_token` shows only where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from app.core.errors import QuantDeskError
+from app.core.paths import app_paths
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+TOKEN_FILE_NAME = "hf_token"
+
+
+def hub_endpoint() -> str:
+    """The Hub's base URL: ``HF_ENDPOINT`` or huggingface.co, without a trailing slash."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def hf_home() -> Path:
+    """The Hugging Face home folder (``HF_HOME``, else ``$XDG_CACHE_HOME/huggingface``)."""
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expandvars(os.environ["HF_HOME"])).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "huggingface"
+
+
+def stored_token_path() -> Path:
+    """Where QuantDesk keeps the token a user entered in its settings."""
+    return app_paths().config / TOKEN_FILE_NAME
+
+
+def _read_token(path: Path) -> Optional[str]:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise QuantDeskError(f"The Hugging Face token file {path} could not be read ({exc.strerror}).",
+                             "Fix its permissions or store the token again.") from exc
+    return token or None
+
+
+def resolve_token() -> tuple[Optional[str], str]:
+    """The token to send and where it came from (``"HF_TOKEN"``, a file path, or ``"none"``)."""
+    env_token = os.environ.get("HF_TOKEN", "").strip()
+    if env_token:
+        return env_token, "HF_TOKEN"
+    for path in (stored_token_path(), hf_home() / "token"):
+        token = _read_token(path)
+        if token:
+            return token, str(path)
+    return None, "none"
+
+
+def describe_token() -> str:
+    """Where the token comes from, for ``doctor`` and error messages; never the token."""
+    token, source = resolve_token()
+    return "no Hugging Face token" if token is None else f"a Hugging Face token from {source}"
+
+
+def store_token(token: str) -> Path:
+    """Save ``token`` for later sessions, readable by this user only (mode 0600).
+
+    The file is created with 0600 from the start (not chmod-ed after writing), so the
+    token is never briefly readable by others.
+    """
+    token = token.strip()
+    if not token or any(c.isspace() for c in token):
+        raise QuantDeskError("That Hugging Face token is empty or contains spaces.",
+                             "Copy the token again from huggingface.co/settings/tokens.")
+    path = stored_token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        os.write(fd, token.encode("utf-8"))
+    finally:
+        os.close(fd)
+    if sys.platform != "win32":
+        os.chmod(tmp, 0o600)  # in case the file already existed with a wider mode
+    os.replace(tmp, path)
+    return path
+
+
+def forget_token() -> None:
+    """Delete the token QuantDesk stored (``HF_TOKEN`` and the HF CLI login are untouched)."""
+    stored_token_path().unlink(missing_ok=True)

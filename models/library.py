@@ -1,0 +1,343 @@
+"""The models on disk: downloaded, converted, quantized or imported, with their metadata.
+
+An index in SQLite (``models/.library.sqlite3``) holds one row per model: a GGUF file
+(split models: the first shard, sizes summed) or a safetensors folder. Metadata comes
+from the GGUF header (:mod:`models.gguf_header`, no weights read): architecture,
+parameter count, quant type (``general.file_type``), context length, chat template.
+A rescan re-reads only files whose size or mtime changed, so a folder of hundreds of
+models lists at once.
+
+Imported models stay where the user keeps them (a 30 GB file is not copied); the index
+remembers their path. Removing deletes files only inside the models folder; an imported
+model is only forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterator, Optional
+
+from gguf import LlamaFileType
+
+from app.core.errors import QuantDeskError
+from app.core.paths import app_paths
+from models.gguf_header import read_gguf_header
+
+DB_NAME = ".library.sqlite3"
+SOURCES = ("downloaded", "converted", "quantized", "imported")
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+_FLOAT_FILE_TYPES = {0, 1, 32}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS models (
+    path TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, name TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, architecture TEXT, parameters INTEGER,
+    file_type INTEGER, quant TEXT, context_length INTEGER, chat_template INTEGER,
+    files TEXT NOT NULL, error TEXT, added REAL NOT NULL
+)"""
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    """One row of the library."""
+
+    path: str
+    kind: str  # "gguf" or "safetensors"
+    source: str  # one of SOURCES
+    name: str
+    size: int
+    mtime_ns: int
+    architecture: Optional[str]
+    parameters: Optional[int]
+    file_type: Optional[int]
+    quant: Optional[str]
+    context_length: Optional[int]
+    chat_template: bool
+    files: str  # JSON list of every file the model consists of
+    error: Optional[str]  # why metadata could not be read, if so
+    added: float
+
+    @property
+    def file_list(self) -> list[Path]:
+        return [Path(p) for p in json.loads(self.files)]
+
+
+@dataclass(frozen=True)
+class ScanStats:
+    """What a scan did: rows added, re-read, unchanged and removed."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+
+
+def quant_name(file_type: Optional[int]) -> Optional[str]:
+    """``general.file_type`` → ``Q4_K_M``, ``F16``...; ``None`` when unknown."""
+    if file_type is None:
+        return None
+    try:
+        name = LlamaFileType(file_type).name
+    except ValueError:
+        return f"type {file_type}"
+    return name.split("_", 1)[1] if name.startswith(("MOSTLY_", "ALL_")) else name
+
+
+def _shards(first: Path) -> list[Path]:
+    match = _SHARD.search(first.name)
+    if not match:
+        return [first]
+    count = int(match[2])
+    stem = first.name[:match.start()]
+    return [first.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def _stat(files: list[Path]) -> tuple[int, int]:
+    stats = [f.stat() for f in files]
+    return sum(s.st_size for s in stats), max(s.st_mtime_ns for s in stats)
+
+
+def _gguf_fields(files: list[Path]) -> dict:
+    header = read_gguf_header(files[0])
+    params = header.parameter_count + sum(read_gguf_header(f).parameter_count for f in files[1:])
+    file_type = header.metadata.get("general.file_type")
+    return dict(
+        architecture=header.architecture or None,
+        parameters=params,
+        file_type=file_type,
+        quant=quant_name(file_type),
+        context_length=header.arch_value("context_length"),
+        chat_template=bool(header.metadata.get("tokenizer.chat_template")),
+        name=str(header.metadata.get("general.name") or files[0].stem),
+    )
+
+
+def _safetensors_fields(folder: Path) -> dict:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    text = config.get("text_config", config)
+    template = (folder / "chat_template.jinja").exists()
+    with contextlib.suppress(OSError, ValueError):
+        template = template or "chat_template" in json.loads(
+            (folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    return dict(
+        architecture=(config.get("architectures") or [config.get("model_type")])[0],
+        parameters=None, file_type=None, quant=str(config.get("torch_dtype") or config.get("dtype") or "")
+        or None, context_length=text.get("max_position_embeddings"), chat_template=template,
+        name=folder.name,
+    )
+
+
+def _model_files(path: Path) -> tuple[str, list[Path]]:
+    """Kind and member files of the model at ``path`` (a .gguf file or a checkpoint folder)."""
+    if path.is_dir():
+        weights = sorted(path.glob("*.safetensors"))
+        if not (path / "config.json").exists() or not weights:
+            raise QuantDeskError(f"{path} is a folder without config.json and .safetensors files.",
+                                 "Choose a .gguf file or a Hugging Face model folder.")
+        return "safetensors", weights
+    if path.suffix.lower() != ".gguf":
+        raise QuantDeskError(f"{path.name} is not a model QuantDesk can use.",
+                             "Choose a .gguf file or a Hugging Face model folder (safetensors).")
+    return "gguf", _shards(path)
+
+
+class Library:
+    """The index of models on disk. Cheap to create; every method opens the database."""
+
+    def __init__(self, models_dir: Optional[Path] = None) -> None:
+        self.models_dir = Path(models_dir or app_paths().ensure().models).resolve()
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.models_dir / DB_NAME
+        with self._db() as db:
+            db.execute(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.db_path, timeout=10)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def models(self) -> list[LibraryModel]:
+        """Every model in the index, by name."""
+        with self._db() as db:
+            rows = db.execute(f"SELECT {', '.join(f.name for f in fields(LibraryModel))} "
+                              "FROM models ORDER BY name COLLATE NOCASE, path").fetchall()
+        return [LibraryModel(*row[:11], bool(row[11]), *row[12:]) for row in rows]
+
+    def get(self, path: Path) -> Optional[LibraryModel]:
+        """The row for ``path`` (resolved), or ``None``."""
+        key = str(Path(path).resolve())
+        return next((m for m in self.models() if m.path == key), None)
+
+    def _discover(self) -> dict[Path, str]:
+        """Model paths inside the models folder → their source."""
+        found: dict[Path, str] = {}
+        for root, dirs, names in os.walk(self.models_dir):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            here = Path(root)
+            downloaded = here.is_relative_to(self.models_dir / "hub")
+            if "config.json" in names and any(n.endswith(".safetensors") for n in names):
+                found[here] = "downloaded" if downloaded else "converted"
+            for name in names:
+                if name.startswith(".") or not name.lower().endswith(".gguf"):
+                    continue  # partial downloads are hidden files
+                match = _SHARD.search(name)
+                if match and int(match[1]) != 1:
+                    continue
+                found[here / name] = "downloaded" if downloaded else ""
+        return found
+
+    def scan(self) -> ScanStats:
+        """Bring the index up to date with the disk, re-reading only changed files."""
+        found = self._discover()
+        with self._db() as db:
+            known = {row[0]: row[1:] for row in db.execute("SELECT path, size, mtime_ns, source FROM models")}
+        for path_str, (_, _, source) in known.items():
+            if source == "imported":
+                found.setdefault(Path(path_str), "imported")
+        added = updated = unchanged = removed = 0
+        rows: list[dict] = []
+        for path, source in found.items():
+            key = str(path)
+            try:
+                kind, files = _model_files(path)
+                size, mtime = _stat(files)
+            except (OSError, QuantDeskError):
+                continue  # vanished or incomplete: dropped below
+            if key in known and known[key][:2] == (size, mtime):
+                unchanged += 1
+                continue
+            source = known[key][2] if key in known else source
+            rows.append(self._row(path, kind, files, size, mtime, source))
+            updated, added = (updated + 1, added) if key in known else (updated, added + 1)
+        present = {str(p) for p in found}
+        with self._db() as db:  # one transaction: one fsync for the whole scan
+            self._store(db, rows)
+            for key in known:
+                if key not in present or not self._exists(key):
+                    db.execute("DELETE FROM models WHERE path = ?", (key,))
+                    removed += 1
+        return ScanStats(added, updated, unchanged, removed)
+
+    @staticmethod
+    def _exists(key: str) -> bool:
+        path = Path(key)
+        try:
+            _model_files(path)
+            return path.exists()
+        except QuantDeskError:
+            return False
+
+    def _row(self, path: Path, kind: str, files: list[Path], size: int, mtime: int, source: str) -> dict:
+        """The index row for a model, its header read now."""
+        error = None
+        try:
+            meta = _gguf_fields(files) if kind == "gguf" else _safetensors_fields(path)
+        except (QuantDeskError, OSError, ValueError) as exc:
+            error = str(exc)
+            meta = dict(architecture=None, parameters=None, file_type=None, quant=None,
+                        context_length=None, chat_template=False, name=path.name)
+        if not source:
+            source = "converted" if meta["file_type"] in _FLOAT_FILE_TYPES else "quantized"
+        row = dict(path=str(path), kind=kind, source=source, size=size, mtime_ns=mtime,
+                   files=json.dumps([str(f) for f in files]), error=error, added=time.time(), **meta)
+        row["chat_template"] = int(bool(row["chat_template"]))
+        return row
+
+    @staticmethod
+    def _store(db: sqlite3.Connection, rows: list[dict]) -> None:
+        for row in rows:
+            db.execute(f"INSERT OR REPLACE INTO models ({', '.join(row)}) "
+                       f"VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+    def add(self, path: Path, source: str) -> LibraryModel:
+        """Index ``path`` now with an explicit source (the converter and quantizer call this)."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r}")
+        path = Path(path).expanduser().resolve()
+        if not path.exists():
+            raise QuantDeskError(f"{path} does not exist.", "Check the path and try again.")
+        kind, files = _model_files(path)
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise QuantDeskError(f"{path.name} is split in parts and {', '.join(missing)} is missing.",
+                                 "Put all parts in the same folder, then import again.")
+        size, mtime = _stat(files)
+        row = self._row(path, kind, files, size, mtime, source)
+        with self._db() as db:
+            self._store(db, [row])
+        model = self.get(path)
+        assert model is not None
+        if model.error:
+            with self._db() as db:
+                db.execute("DELETE FROM models WHERE path = ?", (str(path),))
+            raise QuantDeskError(f"{path.name} could not be read as a model: {model.error}")
+        return model
+
+    def import_path(self, path: Path) -> LibraryModel:
+        """Add a model the user points at (drag and drop); it stays where it is."""
+        path = Path(path).expanduser().resolve()
+        source = "imported"
+        if path.is_relative_to(self.models_dir):
+            source = "downloaded" if path.is_relative_to(self.models_dir / "hub") else ""
+        return self.add(path, source or "quantized")
+
+    def remove(self, path: Path) -> list[Path]:
+        """Drop a model from the index; delete its files if they are in the models folder.
+
+        Returns the files deleted (none for an imported model, which is only forgotten).
+        """
+        model = self.get(path)
+        if model is None:
+            raise QuantDeskError(f"{path} is not in the library.", "Run `quantdesk list` to see its models.")
+        deleted = []
+        if model.source != "imported":
+            target = Path(model.path)
+            if not target.is_relative_to(self.models_dir):
+                raise QuantDeskError(f"{target} is outside the models folder; QuantDesk will not delete it.")
+            if target.is_dir():
+                shutil.rmtree(target)
+                deleted.append(target)
+            else:
+                for f in model.file_list:
+                    f.unlink(missing_ok=True)
+                    deleted.append(f)
+        with self._db() as db:
+            db.execute("DELETE FROM models WHERE path = ?", (model.path,))
+        return deleted
+
+
+def reveal_command(path: Path, platform: str = sys.platform) -> list[str]:
+    """The command that shows ``path`` selected in the OS file manager."""
+    path = Path(path)
+    if platform == "win32":
+        return ["explorer", f"/select,{path}"]
+    if platform == "darwin":
+        return ["open", "-R", str(path)]
+    if shutil.which("gdbus"):  # freedesktop FileManager1 selects the file (Nautilus, Dolphin...)
+        return ["gdbus", "call", "--session", "--dest", "org.freedesktop.FileManager1",
+                "--object-path", "/org/freedesktop/FileManager1",
+                "--method", "org.freedesktop.FileManager1.ShowItems", f"['{path.resolve().as_uri()}']", ""]
+    return ["xdg-open", str(path.parent if path.is_file() else path)]
+
+
+def reveal(path: Path) -> None:
+    """Open the file manager at ``path`` without waiting for it."""
+    try:
+        subprocess.Popen(reveal_command(path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise QuantDeskError(f"No file manager could be opened for {path} ({exc.strerror}).",
+                             f"Open the folder {Path(path).parent} yourself.") from exc

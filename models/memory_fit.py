@@ -1,0 +1,186 @@
+"""Will this model fit? RAM and VRAM that llama.cpp will allocate, before loading it.
+
+llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buffer``,
+``compute buffer``, plus a small ``output buffer``):
+
+- **Weights**: every tensor's bytes, read from the GGUF header. With ``n_gpu_layers = g``
+  the *last* ``g`` of the ``L`` blocks go to the GPU (``i >= L - g``); the output matrix
+  too when ``g > L``; the token embedding always stays on the CPU.
+- **KV cache**: per layer, ``n_ctx`` cells of K and V rows. ``n_ctx`` is padded up to a
+  multiple of 256; a row is ``n_head_kv × head_dim`` values stored as the KV type (f16 =
+  2 bytes; q8_0 = 34 bytes per 32 values; q4_0 = 18 per 32).
+- **Compute buffer**: the graph allocator's peak for one micro-batch of ``n_ubatch``
+  tokens (``min(n_ubatch, n_batch, n_ctx)``, as llama-cpp-python clamps it). The peak is
+  the largest of three phases (E = ``n_ubatch × n_embd × 4`` bytes):
+
+  * logits: ``n_ubatch × n_vocab × 4`` + 3E
+  * attention without flash attention: KQ scores ``n_ubatch × n_ctx × n_head × 4`` +
+    mask ``n_ubatch × n_ctx × 4`` + 6E; with flash attention: f16 mask + 6E
+  * feed-forward: ``2 × n_ubatch × n_ff × 4`` + 3E
+
+These formulas were checked against llama.cpp's own log on SmolLM2 at several context
+lengths and KV types (tests/models/test_memory_fit.py). The GPU split follows
+llama.cpp's rules but could not be measured on these GPU-less machines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from app.core.errors import QuantDeskError
+from models.gguf_header import GGUFHeader, read_gguf_header
+
+KV_TYPES = {name: GGMLQuantizationType[name.upper()] for name in
+            ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")}
+CTX_PAD = 256
+FIT_SHARE = 0.8  # use at most this share of free memory and still call it a comfortable fit
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The load settings that change memory use."""
+
+    n_ctx: int = 4096
+    kv_type: str = "f16"
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+    n_ubatch: int = 512
+    flash_attn: Optional[bool] = None  # None: on when the KV cache is quantized (llama.cpp needs it)
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """Bytes llama.cpp will allocate, on the CPU side (RAM) and the GPU (VRAM)."""
+
+    weights_cpu: int
+    weights_gpu: int
+    kv_cpu: int
+    kv_gpu: int
+    compute_cpu: int
+    compute_gpu: int
+    output: int
+    n_ctx: int
+
+    @property
+    def ram(self) -> int:
+        return self.weights_cpu + self.kv_cpu + self.compute_cpu + self.output
+
+    @property
+    def vram(self) -> int:
+        return self.weights_gpu + self.kv_gpu + self.compute_gpu
+
+
+@dataclass(frozen=True)
+class FitVerdict:
+    """``fits``, ``tight`` or ``won't fit``, with the numbers behind it."""
+
+    verdict: str
+    prediction: MemoryPrediction
+    ram_available: int
+    vram_available: Optional[int]
+    reason: str
+
+
+def _layer_of(name: str) -> Optional[int]:
+    if name.startswith("blk."):
+        return int(name.split(".")[1])
+    return None
+
+
+def _per_layer(value: Union[int, list, None], n_layer: int, default: int) -> list[int]:
+    """A per-layer hyper-parameter that GGUF stores as one number or an array."""
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value if value is not None else default)] * n_layer
+
+
+def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSettings()) -> MemoryPrediction:
+    """Predict llama.cpp's allocations for ``model`` loaded with ``settings``."""
+    header = model if isinstance(model, GGUFHeader) else read_gguf_header(Path(model))
+    n_layer = int(header.arch_value("block_count", 0))
+    n_embd = int(header.arch_value("embedding_length", 0))
+    if not n_layer or not n_embd:
+        raise QuantDeskError(f"The model's header has no block_count/embedding_length for "
+                             f"'{header.architecture}', so its memory cannot be predicted.")
+    if settings.kv_type not in KV_TYPES:
+        raise QuantDeskError(f"Unknown KV cache type '{settings.kv_type}'.", f"Use one of: {', '.join(KV_TYPES)}.")
+    n_head = _per_layer(header.arch_value("attention.head_count"), n_layer, 1)
+    n_head_kv = _per_layer(header.arch_value("attention.head_count_kv"), n_layer, n_head[0])
+    n_ff = max(_per_layer(header.arch_value("feed_forward_length"), n_layer, 4 * n_embd))
+    head_k = int(header.arch_value("attention.key_length", n_embd // max(n_head[0], 1)))
+    head_v = int(header.arch_value("attention.value_length", head_k))
+    n_vocab = int(header.arch_value("vocab_size") or len(header.metadata.get("tokenizer.ggml.tokens") or ()))
+
+    gpu_layers = max(0, min(settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer + 1, n_layer + 1))
+    first_gpu_layer = n_layer - min(gpu_layers, n_layer)
+    output_on_gpu = gpu_layers > n_layer
+
+    weights_cpu = weights_gpu = 0
+    for tensor in header.tensors:
+        layer = _layer_of(tensor.name)
+        on_gpu = (layer is not None and layer >= first_gpu_layer) or (
+            layer is None and output_on_gpu and tensor.name.startswith("output"))
+        if on_gpu:
+            weights_gpu += tensor.n_bytes
+        else:
+            weights_cpu += tensor.n_bytes
+
+    n_ctx = -(-settings.n_ctx // CTX_PAD) * CTX_PAD
+    block, type_size = GGML_QUANT_SIZES[KV_TYPES[settings.kv_type]]
+    kv_cpu = kv_gpu = 0
+    for layer in range(n_layer):
+        row = (n_head_kv[layer] * head_k + n_head_kv[layer] * head_v) // block * type_size
+        if layer >= first_gpu_layer:
+            kv_gpu += n_ctx * row
+        else:
+            kv_cpu += n_ctx * row
+
+    flash = settings.flash_attn if settings.flash_attn is not None else settings.kv_type not in ("f16", "f32")
+    n_ub = min(settings.n_ubatch, settings.n_batch, settings.n_ctx)
+    act = n_ub * n_embd * 4
+    logits = n_ub * n_vocab * 4 + 3 * act
+    if flash:
+        attention = n_ub * n_ctx * 2 + 6 * act
+    else:
+        attention = n_ub * n_ctx * max(n_head) * 4 + n_ub * n_ctx * 4 + 6 * act
+    ffn = 2 * n_ub * n_ff * 4 + 3 * act
+    compute = max(logits, attention, ffn)
+    if gpu_layers == 0:
+        compute_cpu, compute_gpu = compute, 0
+    else:  # the GPU runs the offloaded graph; the host keeps the un-offloaded part's buffer
+        compute_gpu = compute
+        compute_cpu = 3 * act if output_on_gpu else logits
+    return MemoryPrediction(weights_cpu, weights_gpu, kv_cpu, kv_gpu, compute_cpu, compute_gpu,
+                            output=n_vocab * 4, n_ctx=n_ctx)
+
+
+def judge_fit(prediction: MemoryPrediction, ram_available: int,
+              vram_available: Optional[int]) -> FitVerdict:
+    """Compare a prediction with free memory: ``fits`` (≤ 80 %), ``tight`` (≤ 100 %), ``won't fit``."""
+    if prediction.vram and not vram_available:
+        return FitVerdict("won't fit", prediction, ram_available, vram_available,
+                          "GPU layers were asked for but no GPU with free memory was detected; "
+                          "set GPU layers to 0.")
+    shares = [("RAM", prediction.ram, ram_available)]
+    if prediction.vram:
+        shares.append(("VRAM", prediction.vram, vram_available or 0))
+    worst = max(shares, key=lambda s: s[1] / max(s[2], 1))
+    name, need, have = worst
+    ratio = need / max(have, 1)
+    verdict = "fits" if ratio <= FIT_SHARE else "tight" if ratio <= 1.0 else "won't fit"
+    reason = f"needs {need / 2**30:.2f} GiB of {have / 2**30:.2f} GiB free {name}"
+    return FitVerdict(verdict, prediction, ram_available, vram_available, reason)
+
+
+def fit_on_this_machine(model: Union[Path, GGUFHeader], settings: FitSettings = FitSettings()) -> FitVerdict:
+    """:func:`predict_memory` judged against this computer's free RAM and detected VRAM."""
+    from models import hardware
+
+    prediction = predict_memory(model, settings)
+    gpus = [d for d in hardware.devices() if d.kind in ("GPU", "integrated GPU")]
+    vram = max((d.memory_free for d in gpus), default=None) if gpus else None
+    return judge_fit(prediction, hardware.memory_info().available, vram)
