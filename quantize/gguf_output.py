@@ -5,16 +5,21 @@ tensor data, each aligned to ``general.alignment`` (32 bytes by default). Becaus
 tensor's type and byte size are planned before writing, the infos go out first and
 each tensor's data follows as soon as it is encoded; the file is written beside the
 target and renamed only when complete (:func:`app.core.jobs.atomic_output`).
+
+:func:`write_ggufs` writes several files in one pass over the tensor stream (the quantizer's
+"Q4_K_M and Q6_K at once": each tensor is loaded once and encoded per output);
+:func:`write_gguf` is its one-file case.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFWriter
 
 from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check
 from quantize.encode import tensor_bytes
@@ -54,24 +59,82 @@ def write_gguf(
     """
     total = sum(p.nbytes for p in planned)
     progress = ProgressReporter(report, total, stage)
-    with atomic_output(target) as tmp:
-        writer = GGUFWriter(tmp, arch)
-        try:
-            for entry in metadata:
+
+    def encode_one(index: int, values: np.ndarray) -> list[np.ndarray]:
+        data = encode(planned[index], values)
+        progress.advance(planned[index].nbytes, planned[index].tensor.name)
+        return [data]
+
+    write_ggufs([GGUFOutput(Path(target), arch, metadata, planned)],
+                [p.tensor for p in planned], encode_one, cancel)
+    return Path(target)
+
+
+@dataclass(frozen=True)
+class GGUFOutput:
+    """One file of a multi-output write: where, which metadata, which tensor types.
+
+    Attributes:
+        target: The final path (written beside it, renamed when complete).
+        arch: ``general.architecture``, written first.
+        metadata: Every other key/value, in file order.
+        planned: One entry per tensor, in the order the tensors are written.
+        alignment: Data alignment; ``general.alignment`` in ``metadata`` must agree.
+    """
+
+    target: Path
+    arch: str
+    metadata: Sequence[MetadataEntry]
+    planned: Sequence[PlannedTensor]
+    alignment: int = GGUF_DEFAULT_ALIGNMENT
+
+
+#: ``encode(tensor_index, values_f32) -> one uint8 array per output, in output order``
+MultiEncoder = Callable[[int, np.ndarray], Sequence[np.ndarray]]
+
+
+def write_ggufs(
+    outputs: Sequence[GGUFOutput],
+    tensors: Sequence[SourceTensor],
+    encode: MultiEncoder,
+    cancel: Optional[CancelToken] = None,
+) -> list[Path]:
+    """Write several GGUF files from one pass over ``tensors``, each loaded once.
+
+    Every output lists the same tensors in the same order as ``tensors`` (each possibly
+    with another type), so the tensor ``i`` is loaded once and ``encode(i, values)``
+    returns its bytes for every output. The cancel token is checked before each tensor;
+    on cancel or error every temporary file is removed and no target is touched.
+    Progress is the caller's to report (from ``encode``), because only the caller knows
+    what a unit of work costs.
+    """
+    for out in outputs:
+        if [p.tensor.name for p in out.planned] != [t.name for t in tensors]:
+            raise ValueError(f"{out.target}: planned tensors differ from the tensor stream")
+    with contextlib.ExitStack() as stack:
+        writers = []
+        for out in outputs:
+            tmp = stack.enter_context(atomic_output(out.target))
+            writer = GGUFWriter(tmp, out.arch)
+            writer.data_alignment = out.alignment
+            stack.callback(writer.close)
+            for entry in out.metadata:
                 writer.add_key_value(entry.key, entry.value, entry.type, entry.sub_type)
-            for p in planned:
+            for p in out.planned:
                 byte_shape = (*p.tensor.shape[:-1], p.nbytes // max(1, p.tensor.n_rows))
                 writer.add_tensor_info(p.tensor.name, byte_shape, np.dtype(np.uint8), p.nbytes, p.qtype)
             writer.write_header_to_file(tmp)
             writer.write_kv_data_to_file()
             writer.write_ti_data_to_file()
-            for p in planned:
-                check(cancel)
-                data = encode(p, p.tensor.load())
-                if data.nbytes != p.nbytes:
-                    raise RuntimeError(f"{p.tensor.name}: encoded {data.nbytes} bytes, planned {p.nbytes}")
+            writers.append(writer)
+        for i, tensor in enumerate(tensors):
+            check(cancel)
+            encoded = encode(i, tensor.load())
+            for out, writer, data in zip(outputs, writers, encoded):
+                planned = out.planned[i]
+                if data.nbytes != planned.nbytes:
+                    raise RuntimeError(f"{tensor.name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
                 writer.write_tensor_data(np.ascontiguousarray(data).view(np.uint8).reshape(-1))
-                progress.advance(p.nbytes, p.tensor.name)
-        finally:
-            writer.close()
-    return Path(target)
+        for writer in writers:
+            writer.close()  # flush before the renames that leaving the stack performs
+    return [out.target for out in outputs]

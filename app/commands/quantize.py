@@ -1,0 +1,99 @@
+"""``quantdesk quantize``: a GGUF or Hugging Face folder → one GGUF per quantization type.
+
+Mirrors ``llama-quantize``: the same type names (``Q4_K_M``, ``Q6_K`` ...), ``--pure``,
+``--imatrix``, ``--output-tensor-type`` and ``--token-embedding-type``, with several types
+written in one pass (``--type Q4_K_M,Q6_K``). The plan (each file's exact size and tensor
+types) is printed before any weight is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from app.core.errors import QuantDeskError
+
+_FLOAT_SUFFIX = re.compile(r"[-_.](f32|f16|bf16)$", re.IGNORECASE)
+
+
+def default_output(input_path: Path, type_name: str) -> Path:
+    """``model-F16.gguf`` → ``model-Q4_K_M.gguf`` beside it; a folder gets it inside."""
+    if input_path.is_dir():
+        return input_path / f"{input_path.name}-{type_name}.gguf"
+    stem = _FLOAT_SUFFIX.sub("", input_path.stem)
+    return input_path.with_name(f"{stem}-{type_name}.gguf")
+
+
+def output_paths(input_path: Path, type_names: list[str], output: str | None) -> list[Path]:
+    """Where each type goes: ``-o`` is a file for one type, a folder or a ``{type}`` template for several."""
+    if output is None:
+        return [default_output(input_path, name) for name in type_names]
+    if "{type}" in output:
+        return [Path(output.replace("{type}", name)) for name in type_names]
+    out = Path(output)
+    if len(type_names) == 1 and not out.is_dir():
+        return [out]
+    if out.exists() and not out.is_dir():
+        raise QuantDeskError(f"{out} is a file, but several types need one file each.",
+                             "Give a folder, or a name with {type} in it, e.g. model-{type}.gguf.")
+    return [out / default_output(input_path, name).name for name in type_names]
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.core.console import run_job
+    from quantize.ftypes import parse_file_type, parse_tensor_type
+    from quantize.imatrix import load_imatrix
+    from quantize.job import (QuantizeOptions, QuantizeTarget, check_imatrix, open_source,
+                              plan_targets, quantize_model)
+    from quantize.plan import format_size
+
+    file_types = [parse_file_type(t) for t in args.type.split(",") if t.strip()]
+    if not file_types:
+        raise QuantDeskError("--type names no quantization type.", "Give one, e.g. --type Q4_K_M.")
+    input_path = Path(args.input)
+    paths = output_paths(input_path, [ft.name for ft in file_types], args.output)
+    targets = [QuantizeTarget(ft, p) for ft, p in zip(file_types, paths)]
+    options = QuantizeOptions(
+        pure=args.pure,
+        output_tensor_type=parse_tensor_type(args.output_tensor_type) if args.output_tensor_type else None,
+        token_embedding_type=parse_tensor_type(args.token_embedding_type) if args.token_embedding_type else None,
+        imatrix=args.imatrix,
+        threads=args.threads,
+    )
+    source = open_source(input_path)
+    try:
+        imatrix = load_imatrix(Path(options.imatrix)) if options.imatrix else None
+        plans = plan_targets(source, targets, options, imatrix)
+        print(f"Plan for {source.description}:")
+        for plan, target in zip(plans, targets):
+            print(f"  {plan.summary()}")
+            print(f"      -> {target.path}")
+            if plan.fallbacks:
+                print(f"      {len(plan.fallbacks)} tensors use a fallback type (rows not a multiple of the block)")
+        if args.dry_run:
+            return 0
+        check_imatrix(plans, imatrix)
+        result = run_job(lambda report, cancel: quantize_model(source, targets, options, report, cancel))
+    finally:
+        getattr(source, "close", lambda: None)()
+    for path in result.outputs:
+        print(f"Wrote {path} ({format_size(path.stat().st_size)})")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "quantize", help="quantize a GGUF or Hugging Face folder to Q4_K_M, Q8_0, ... (llama-quantize's types)",
+        description="Quantize a model exactly as llama-quantize does. Types: Q4_0, Q4_1, Q5_0, Q5_1, "
+                    "Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16.")
+    parser.add_argument("input", help="an F32/F16/BF16 GGUF file or a Hugging Face safetensors folder")
+    parser.add_argument("--type", required=True, help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K")
+    parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")
+    parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat)")
+    parser.add_argument("--pure", action="store_true", help="no k-quant mixture: every weight in the default type")
+    parser.add_argument("--output-tensor-type", help="type of output.weight, e.g. Q8_0")
+    parser.add_argument("--token-embedding-type", help="type of token_embd.weight, e.g. Q8_0")
+    parser.add_argument("--threads", type=int, help="worker threads (default: every core)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (sizes and types) and stop")
+    parser.set_defaults(func=run)

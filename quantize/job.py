@@ -1,0 +1,303 @@
+"""The quantize job: one model in, one GGUF per requested file type out, in one pass.
+
+``quantize_model`` plans every output first (types, bytes, exact file sizes — see
+:mod:`quantize.plan`), checks the importance matrix against the plans, then streams the
+model once: each tensor is loaded (decoded to float32) a single time and encoded for
+every target on a thread pool over row chunks (numpy releases the GIL, so all cores
+work). Memory holds one tensor and its encodings at a time, whatever the model's size.
+Outputs are written beside their targets and renamed only when complete; cancel or
+failure leaves nothing behind (:func:`quantize.gguf_output.write_ggufs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from app.core.errors import QuantDeskError
+from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
+from quantize.encode import ENCODERS, encode_rows, row_bytes
+from quantize.ftypes import FileType, is_quantized_type
+from quantize.gguf_output import write_ggufs
+from quantize.gguf_source import GGUFSource, bf16_bits_to_f32
+from quantize.imatrix import ImportanceMatrix, load_imatrix
+from quantize.plan import PlanOptions, QuantPlan, plan_quantization
+from quantize.source import SourceTensor, TensorSource
+from quantize.type_rules import TypeOverrides, ggml_ne
+
+# Rows of one thread-pool task: at least llama.cpp's minimum chunk (32*512 values), and
+# small enough that a big tensor gives every thread several tasks.
+_MIN_CHUNK_VALUES = 32 * 512
+_MAX_CHUNK_VALUES = 1 << 22
+# Relative encoding cost per value, only to make the progress bar and its ETA even.
+# Integers, so that the units done add up exactly to the total.
+_COST = {T.F32: 1, T.F16: 2, T.BF16: 2}
+_QUANTIZED_COST = 50
+
+
+@dataclass(frozen=True)
+class QuantizeTarget:
+    """One output: a file type and where to write it."""
+
+    file_type: FileType
+    path: Path
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """llama-quantize's flags, shared by every target of a job.
+
+    Attributes:
+        pure: ``--pure``: no k-quant mixture; every weight in the default type.
+        output_tensor_type: ``--output-tensor-type``.
+        token_embedding_type: ``--token-embedding-type``.
+        imatrix: ``--imatrix``: path of a GGUF or legacy ``.dat`` importance matrix (recorded
+            in the output as given, like llama-quantize records the argument).
+        threads: Worker threads; ``None`` uses every core.
+    """
+
+    pure: bool = False
+    output_tensor_type: Optional[T] = None
+    token_embedding_type: Optional[T] = None
+    imatrix: Optional[Union[Path, str]] = None
+    threads: Optional[int] = None
+
+    def plan_options(self, imatrix: Optional[ImportanceMatrix]) -> PlanOptions:
+        overrides = TypeOverrides(self.pure, self.output_tensor_type, self.token_embedding_type)
+        return PlanOptions(overrides, imatrix, str(self.imatrix) if self.imatrix else "")
+
+
+class _RoundedSource:
+    """An HF folder seen as the F16/BF16 GGUF the converter would write from it.
+
+    Quantizing a folder must give the bytes of "convert, then llama-quantize": weights
+    pass through the 16-bit intermediate (BF16 for a BF16 checkpoint, F16 otherwise) and
+    tensors that are never quantized keep the converter's type.
+    """
+
+    def __init__(self, source: TensorSource) -> None:
+        from quantize.convert import output_type
+
+        self._source = source
+        self.description, self.arch = source.description, source.arch
+        originals = source.tensors()
+        bf16 = any(t.stored_type == T.BF16 for t in originals)
+        self.intermediate = T.BF16 if bf16 else T.F16
+        self._tensors = [self._rounded(t, output_type(t, self.intermediate)) for t in originals]
+
+    def metadata(self):
+        return self._source.metadata()
+
+    def tensors(self) -> list[SourceTensor]:
+        return list(self._tensors)
+
+    def close(self) -> None:
+        getattr(self._source, "close", lambda: None)()
+
+    @staticmethod
+    def _rounded(t: SourceTensor, stored: T) -> SourceTensor:
+        if stored == T.F32:
+            return dataclasses.replace(t, stored_type=T.F32)
+
+        def load(original=t.load, shape=t.shape) -> np.ndarray:
+            values = original()
+            if stored == T.F16:
+                return values.astype(np.float16).astype(np.float32)
+            bits = encode_rows(values.reshape(-1, shape[-1]), T.BF16).view(np.uint16)
+            return bf16_bits_to_f32(bits).reshape(shape)
+
+        return dataclasses.replace(t, stored_type=stored, load=load)
+
+
+def open_source(path: Union[Path, str]) -> TensorSource:
+    """Open ``path``: an F32/F16/BF16 GGUF file, or a Hugging Face safetensors folder.
+
+    Raises:
+        QuantDeskError: the path does not exist or is neither kind of model.
+    """
+    path = Path(path)
+    if path.is_dir():
+        try:
+            from quantize.convert import open_hf_folder
+        except ImportError as exc:  # the converter is an optional part of a build
+            raise QuantDeskError(f"{path} is a folder, and this QuantDesk cannot read Hugging Face folders.",
+                                 "Convert it to an F16 GGUF first.") from exc
+        return _RoundedSource(open_hf_folder(path))
+    if path.is_file():
+        return GGUFSource(path)
+    raise QuantDeskError(f"{path} does not exist.", "Check the path of the model to quantize.")
+
+
+def plan_targets(source: TensorSource, targets: Sequence[QuantizeTarget], options: QuantizeOptions,
+                 imatrix: Optional[ImportanceMatrix] = None) -> list[QuantPlan]:
+    """Plan every target (reads metadata and tensor shapes once, no weights)."""
+    metadata, tensors = list(source.metadata()), source.tensors()
+    plan_options = options.plan_options(imatrix)
+    return [plan_quantization(source, t.file_type, plan_options, metadata, tensors) for t in targets]
+
+
+def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix]) -> None:
+    """Refuse before writing anything what llama-quantize would refuse half-way.
+
+    Raises:
+        QuantDeskError: a type needs an importance matrix and none (or none for a
+            tensor) was given, or the matrix does not fit a tensor.
+    """
+    for plan in plans:
+        if plan.needs_imatrix and imatrix is None:
+            raise QuantDeskError(
+                f"{plan.file_type.name} needs an importance matrix (its Q2_K tensors, such as "
+                f"{plan.needs_imatrix[0]}, come out as noise without one).",
+                "Give one with --imatrix (made by llama-imatrix for this model), or choose Q2_K or Q3_K_S.")
+        if imatrix is None:
+            continue
+        for p in plan.tensors:
+            if is_quantized_type(p.qtype):
+                found = imatrix.for_tensor(p.tensor.name, p.tensor.shape)  # raises on a misfit
+                if found is None and p.tensor.name in plan.needs_imatrix:
+                    raise QuantDeskError(
+                        f"The importance matrix {imatrix.path.name} has no data for {p.tensor.name}, "
+                        f"which {plan.file_type.name} stores as Q2_K.",
+                        "Use an importance matrix computed for this model.")
+
+
+def _row_chunks(n_rows: int, rows_per_matrix: int, n_per_row: int, threads: int) -> list[tuple[int, int]]:
+    """Row ranges for the pool; none crosses a matrix (expert) boundary."""
+    per_thread = -(-n_rows // (4 * threads))
+    lo = -(-_MIN_CHUNK_VALUES // n_per_row)
+    hi = max(1, _MAX_CHUNK_VALUES // n_per_row)
+    rows = max(1, min(max(per_thread, lo), hi))
+    chunks = []
+    for first in range(0, n_rows, rows_per_matrix):
+        end = min(n_rows, first + rows_per_matrix)
+        chunks += [(s, min(end, s + rows)) for s in range(first, end, rows)]
+    return chunks
+
+
+class _TensorEncoder:
+    """Encodes one loaded tensor for every plan, on a shared thread pool."""
+
+    def __init__(self, plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix],
+                 pool: ThreadPoolExecutor, threads: int, cancel: Optional[CancelToken],
+                 progress: ProgressReporter) -> None:
+        self.plans, self.imatrix, self.pool = plans, imatrix, pool
+        self.threads, self.cancel, self.progress = threads, cancel, progress
+
+    def __call__(self, index: int, values: np.ndarray) -> list[np.ndarray]:
+        tensor = self.plans[0].tensors[index].tensor
+        rows = values.reshape(-1, tensor.n_per_row)
+        ne = ggml_ne(tensor.shape)
+        pending: list[tuple[np.ndarray, list[Future]]] = []
+        for plan in self.plans:
+            qtype = plan.tensors[index].qtype
+            out = np.empty((rows.shape[0], row_bytes(tensor.n_per_row, qtype)), dtype=np.uint8)
+            weights = None
+            if self.imatrix is not None and is_quantized_type(qtype):
+                weights = self.imatrix.for_tensor(tensor.name, tensor.shape)
+            futures = [self.pool.submit(self._encode_chunk, rows, out, start, stop, qtype,
+                                        None if weights is None else weights[start // ne[1]])
+                       for start, stop in _row_chunks(rows.shape[0], ne[1], tensor.n_per_row, self.threads)]
+            pending.append((out, futures))
+        try:
+            for _, futures in pending:
+                for f in futures:
+                    f.result()
+        finally:
+            for _, futures in pending:
+                for f in futures:
+                    f.cancel()
+        units = sum(_units(tensor, plan.tensors[index].qtype) for plan in self.plans)
+        types = "/".join(plan.tensors[index].qtype.name for plan in self.plans)
+        self.progress.advance(units, f"{tensor.name} → {types}")
+        return [out for out, _ in pending]
+
+    def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
+        check(self.cancel)
+        out[start:stop] = encode_rows(rows[start:stop], qtype, weights)
+
+
+def _register_encoders() -> None:
+    """Import the block quantizers, which register themselves in ``ENCODERS`` on import."""
+    try:
+        importlib.import_module("quantize.blocks")
+    except ModuleNotFoundError as exc:  # a build without them can still write F16/BF16
+        if exc.name != "quantize.blocks":
+            raise
+
+
+def _check_encoders(plans: Sequence[QuantPlan]) -> None:
+    missing = sorted({p.qtype.name for plan in plans for p in plan.tensors
+                      if is_quantized_type(p.qtype) and p.qtype not in ENCODERS})
+    if missing:
+        raise QuantDeskError(f"QuantDesk cannot write {', '.join(missing)} tensors yet.",
+                             "Choose another quantization type.")
+
+
+def _units(tensor: SourceTensor, qtype: T) -> int:
+    return tensor.n_elements * _COST.get(qtype, _QUANTIZED_COST)
+
+
+def _check_targets(source: TensorSource, targets: Sequence[QuantizeTarget]) -> None:
+    if not targets:
+        raise QuantDeskError("No quantization type was chosen.", "Choose at least one, e.g. Q4_K_M.")
+    paths = [Path(t.path).resolve() for t in targets]
+    if len(set(paths)) != len(paths):
+        raise QuantDeskError("Two quantization types would be written to the same file.",
+                             "Give each type its own output file.")
+    source_path = getattr(source, "path", None)
+    if source_path is not None and Path(source_path).resolve() in paths:
+        raise QuantDeskError(f"The output {source_path} is the input model itself.",
+                             "Choose another output file name.")
+
+
+def quantize_model(
+    input: Union[Path, str, TensorSource],
+    targets: Sequence[QuantizeTarget],
+    options: QuantizeOptions = QuantizeOptions(),
+    report: Optional[ProgressCallback] = None,
+    cancel: Optional[CancelToken] = None,
+) -> JobResult:
+    """Quantize a model to every target in one pass over its tensors.
+
+    Args:
+        input: An F32/F16/BF16 GGUF path, a Hugging Face folder, or any TensorSource.
+        targets: File type and output path for each file to write.
+        options: Overrides, importance matrix and thread count.
+        report: Receives :class:`~app.core.jobs.Progress` after each tensor (stage
+            "Quantizing", the tensor name and its types as detail).
+        cancel: Checked between tensors and between row chunks.
+
+    Returns:
+        The written paths and a one-line summary per output.
+
+    Raises:
+        QuantDeskError: bad input, bad importance matrix, or a type that needs one;
+            :class:`~app.core.errors.Cancelled` when cancelled. Nothing is left on disk.
+    """
+    source = open_source(input) if isinstance(input, (str, Path)) else input
+    try:
+        _check_targets(source, targets)
+        imatrix = load_imatrix(Path(options.imatrix)) if options.imatrix else None
+        plans = plan_targets(source, targets, options, imatrix)
+        check_imatrix(plans, imatrix)
+        _register_encoders()
+        _check_encoders(plans)
+        threads = max(1, options.threads or os.cpu_count() or 1)
+        total = sum(_units(p.tensor, p.qtype) for plan in plans for p in plan.tensors)
+        progress = ProgressReporter(report, total, "Quantizing")
+        outputs = [plan.gguf_output(Path(t.path)) for plan, t in zip(plans, targets)]
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
+            encoder = _TensorEncoder(plans, imatrix, pool, threads, cancel, progress)
+            paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel)
+    finally:
+        if source is not input:
+            getattr(source, "close", lambda: None)()
+    return JobResult(outputs=paths, summary="\n".join(plan.summary() for plan in plans))
