@@ -1,0 +1,60 @@
+"""The chat engine: llama.cpp (through llama-cpp-python) in its own process.
+
+llama.cpp can abort the whole process (``GGML_ASSERT``) or fault in a native kernel, so
+it never runs in the GUI's or CLI's process. :class:`EngineClient` (``client.py``) starts
+a child process with :mod:`multiprocessing`'s ``spawn`` context (a fresh interpreter on
+every OS, never a fork of a process that holds Qt or threads) and talks to it over a
+duplex :func:`multiprocessing.Pipe`. llama.cpp's own prints go to the child's stdout and
+stderr, never into the pipe. As with any ``spawn`` start, the child imports the parent's
+main module, so a script that uses the client needs the ``if __name__ == "__main__":``
+guard (the ``quantdesk`` entry points and pytest have it; a PyInstaller build calls
+:func:`multiprocessing.freeze_support`).
+
+Protocol (pickled dicts; one request at a time, each answered by zero or more
+intermediate events and exactly one final event):
+
+===================================================  ==========================================
+request (client → engine)                            events (engine → client)
+===================================================  ==========================================
+``{"op": "load", "path", "settings"}``               ``phase`` (``"selftest"``), then
+                                                     ``loaded`` ``{"report"}`` or ``error``
+``{"op": "chat", "messages", "options"}``            ``delta`` ``{"text"}`` …, then ``done``
+                                                     ``{"stats"}`` or ``error``
+``{"op": "unload"}`` / ``{"op": "shutdown"}``        ``ok``
+``{"op": "stats"}``                                  ``stats`` ``{"stats"}``
+===================================================  ==========================================
+
+``error`` events carry ``{"what", "fix"}`` and become
+:class:`~app.core.errors.QuantDeskError` in the client. Cancelling is not a message: a
+byte of shared memory (``cancel_flag.py``) that the engine checks between tokens and
+llama.cpp checks between the nodes of its compute graph, so a cancel never waits behind
+a busy pipe or a long llama.cpp call. A reply ended by cancel,
+a stop string, the token limit or a full context is still ``done``, with
+``stats["stop_reason"]`` saying which.
+
+Crashes: the client waits on the pipe *and* the process sentinel. If the process dies,
+the request raises :class:`~models.engine.client.EngineCrashed` (text streamed so far on
+``partial_text``); the next request starts a new process and reloads the last model. A
+crash during the load self-test (the first decode) with llama.cpp's extra buffer types on
+is retried once with them off, and remembered for this CPU (``fallback.py``).
+
+Test hook: the environment variable ``QUANTDESK_ENGINE_TEST_CRASH=selftest-extra-bufts``
+makes the engine call ``os.abort()`` in the self-test while extra buffer types are on
+(see ``runtime.TEST_CRASH_ENV``), so tests drive the real fallback path.
+
+Modules: ``gguf_info`` (header facts), ``settings`` (load settings and their rules),
+``options`` (sampling options, messages), ``chat_template`` (Jinja rendering, presets),
+``token_stream`` (sampler, UTF-8 and stop-string handling), ``cancel_flag`` (the shared
+cancel byte and llama.cpp's abort hook), ``llama_log`` (llama.cpp's log
+and the offload report), ``runtime`` (the model in the engine), ``child`` (the engine's
+loop), ``client`` (the handle the app holds), ``fallback`` (the remembered AMX fallback).
+Only ``client``, ``settings``, ``options``, ``gguf_info`` and ``chat_template`` are meant
+for the app's process; the others import llama_cpp and run in the engine.
+"""
+
+from models.engine.client import ChatReply, EngineClient, EngineCrashed, LoadReport
+from models.engine.options import ChatOptions, ChatStats
+from models.engine.settings import LoadSettings
+
+__all__ = ["ChatOptions", "ChatReply", "ChatStats", "EngineClient", "EngineCrashed", "LoadReport",
+           "LoadSettings"]

@@ -1,0 +1,110 @@
+"""What the engine needs to know about a GGUF file before loading it.
+
+The offload sliders need the layer count, the context slider needs the trained context
+length, the KV-cache rules need the attention head size, the chat needs the model's own
+template and ``quantdesk bench`` needs the bytes a decode step reads. All of it is in the
+GGUF header and tensor table, which :func:`models.gguf_header.read_gguf_header` reads in
+milliseconds without touching the weights, so this is safe to call in the GUI process
+(nothing here runs llama.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from app.core.errors import QuantDeskError
+from models.gguf_header import read_gguf_header
+
+
+# The tensor llama.cpp only indexes (one row per token) rather than multiplies, unless the
+# model ties its output projection to it: then every decode step reads all of it.
+_TOKEN_EMBEDDING = "token_embd.weight"
+_OUTPUT_PROJECTION = "output.weight"
+
+
+@dataclass(frozen=True)
+class GGUFModelInfo:
+    """Facts from a GGUF header that settings, templates and benchmarks depend on.
+
+    Attributes:
+        path: The GGUF file.
+        architecture: ``general.architecture`` (``llama``, ``gemma2``, ...).
+        name: ``general.name`` or the file name.
+        block_count: Transformer blocks; llama.cpp offloads up to ``block_count + 1``
+            layers (the blocks plus the output layer).
+        context_length: The context length the model was trained for.
+        head_size_k: Size of one attention head's key vector (the KV-cache block rule).
+        chat_template: ``tokenizer.chat_template`` or ``None`` when the file has none.
+        file_size: Bytes on disk.
+        weight_bytes_per_token: Bytes of weights one decode step reads.
+    """
+
+    path: Path
+    architecture: str
+    name: str
+    block_count: int
+    context_length: int
+    head_size_k: int
+    chat_template: Optional[str]
+    file_size: int
+    weight_bytes_per_token: int
+
+    @property
+    def max_gpu_layers(self) -> int:
+        """The largest meaningful "GPU layers" value: every block plus the output layer."""
+        return self.block_count + 1
+
+
+def read_model_info(path: Path | str) -> GGUFModelInfo:
+    """Read :class:`GGUFModelInfo` from the header of the GGUF file at ``path``.
+
+    Raises:
+        QuantDeskError: The file is missing or is not a readable GGUF file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise QuantDeskError(
+            f"The model file {path} does not exist.",
+            "Choose a GGUF file that is on this computer.",
+        )
+    header = read_gguf_header(path)
+    metadata = header.metadata
+    tensor_bytes = {t.name: t.n_bytes for t in header.tensors}
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        raise QuantDeskError(
+            f"{path} has no general.architecture entry, so it is not a model GGUF.",
+            "Convert the model to GGUF again with QuantDesk.",
+        )
+    block_count = metadata.get(f"{arch}.block_count")
+    if not isinstance(block_count, int) or block_count <= 0:
+        raise QuantDeskError(
+            f"{path} does not say how many layers the model has ({arch}.block_count).",
+            "Convert the model to GGUF again with QuantDesk.",
+        )
+    context_length = metadata.get(f"{arch}.context_length") or 0
+    head_size_k = metadata.get(f"{arch}.attention.key_length")
+    if not head_size_k:
+        embedding = metadata.get(f"{arch}.embedding_length") or 0
+        heads = metadata.get(f"{arch}.attention.head_count") or 0
+        if not isinstance(heads, int):  # per-layer head counts (a list, or a long array)
+            heads = max(heads) if isinstance(heads, list) and heads else 0
+        head_size_k = embedding // heads if heads else 0
+    template = metadata.get("tokenizer.chat_template")
+    per_token = sum(tensor_bytes.values())
+    if _OUTPUT_PROJECTION in tensor_bytes:
+        per_token -= tensor_bytes.get(_TOKEN_EMBEDDING, 0)
+    name = metadata.get("general.name")
+    return GGUFModelInfo(
+        path=path,
+        architecture=arch,
+        name=name if isinstance(name, str) and name else path.stem,
+        block_count=int(block_count),
+        context_length=int(context_length),
+        head_size_k=int(head_size_k),
+        chat_template=template if isinstance(template, str) and template.strip() else None,
+        file_size=path.stat().st_size,
+        weight_bytes_per_token=per_token,
+    )

@@ -1,0 +1,139 @@
+"""llama.cpp's own log, captured in the engine process (``llama_log_set``).
+
+llama.cpp prints what it did while loading — how many layers went to the GPU, the size
+of each backend buffer — and why it refused something ("quantized V cache requires
+flash_attn"). :class:`LlamaLogCapture` receives those lines through the log callback,
+writes them to the app log (``llama.cpp`` logger; details at DEBUG, warnings and errors
+at their level), keeps the recent ones for error messages, and
+:func:`parse_offload_report` turns the load lines into an :class:`OffloadReport`.
+
+The callback receives text in pieces (level ``CONT`` continues the previous line), so
+lines are assembled before they are logged.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+log = logging.getLogger("llama.cpp")
+
+# enum ggml_log_level (ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT) → logging level;
+# CONT continues the previous line. (llama-cpp-python's _logger.py has an older order.)
+_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING,
+           4: logging.ERROR}
+_CONT = 5
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# e.g. "load_tensors:   CPU_Mapped model buffer size =    87.71 MiB"
+#      "llama_kv_cache:        CPU KV buffer size =    45.00 MiB"
+_BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output)\s+buffer size\s*=\s*([\d.]+) MiB")
+
+
+@dataclass
+class OffloadReport:
+    """Where the model ended up after a load, as llama.cpp reported it.
+
+    Attributes:
+        layers_on_gpu: Layers llama.cpp put on a GPU.
+        layers_total: Layers that could have gone (blocks + output layer).
+        buffers: ``(kind, buffer name) → MiB``, e.g. ``("model", "CPU_Mapped") → 87.7``,
+            ``("KV", "CUDA0")``, ``("compute", "CPU")``.
+    """
+
+    layers_on_gpu: int = 0
+    layers_total: int = 0
+    buffers: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @property
+    def layers_on_cpu(self) -> int:
+        """Layers left on the CPU."""
+        return max(self.layers_total - self.layers_on_gpu, 0)
+
+    def summary(self) -> str:
+        """One line for the user: layers and buffer sizes."""
+        parts = [f"{self.layers_on_gpu}/{self.layers_total} layers on GPU, "
+                 f"{self.layers_on_cpu} on CPU"]
+        for (kind, name), mib in sorted(self.buffers.items()):
+            parts.append(f"{kind} {name} {mib:.1f} MiB")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        """Plain values for the pipe (tuple keys become ``"kind:name"``)."""
+        return {"layers_on_gpu": self.layers_on_gpu, "layers_total": self.layers_total,
+                "buffers": {f"{k}:{n}": v for (k, n), v in self.buffers.items()}}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "OffloadReport":
+        """The inverse of :meth:`to_dict`."""
+        buffers = {tuple(key.split(":", 1)): mib for key, mib in values["buffers"].items()}
+        return cls(values["layers_on_gpu"], values["layers_total"], buffers)  # type: ignore[arg-type]
+
+
+def parse_offload_report(lines: Iterable[str]) -> OffloadReport:
+    """Read the layer split and buffer sizes from llama.cpp's load log lines."""
+    report = OffloadReport()
+    for line in lines:
+        if match := _OFFLOADED.search(line):
+            report.layers_on_gpu, report.layers_total = int(match[1]), int(match[2])
+        elif match := _BUFFER.search(line):
+            key = (match[2], match[1])
+            report.buffers[key] = report.buffers.get(key, 0.0) + float(match[3])
+    return report
+
+
+class LlamaLogCapture:
+    """Receives llama.cpp's log in this process. Create one; it stays installed.
+
+    Args:
+        keep: How many recent lines to remember for reports and error messages.
+    """
+
+    def __init__(self, keep: int = 2000) -> None:
+        self.recent: collections.deque[str] = collections.deque(maxlen=keep)
+        self._partial = ""
+        self._level = logging.DEBUG
+        self._total = 0  # lines ever received, so marks survive the deque dropping old ones
+        import llama_cpp
+
+        # The ctypes callback object must outlive the registration: keep a reference.
+        self._callback = llama_cpp.llama_log_callback(self._on_log)
+        llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    def _on_log(self, level: int, text: Optional[bytes], _user_data: object) -> None:
+        if level != _CONT:
+            self._level = _LEVELS.get(level, logging.DEBUG)
+        self._partial += (text or b"").decode("utf-8", errors="replace")
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            if not line.strip():
+                continue
+            # A load logs thousands of DEBUG lines (one per tensor): they go to the log
+            # file only, so the lines kept for reports are the INFO ones and worse.
+            log.log(self._level, "%s", line)
+            if self._level > logging.DEBUG:
+                self.recent.append(line)
+                self._total += 1
+
+    def mark(self) -> int:
+        """A position in the log; pass it to :meth:`lines_since`."""
+        return self._total
+
+    def lines_since(self, mark: int) -> list[str]:
+        """Lines logged after :meth:`mark` returned ``mark`` (as many as were kept)."""
+        new = min(self._total - mark, len(self.recent))
+        return list(self.recent)[-new:] if new > 0 else []
+
+    def first_error(self, since: int = 0) -> Optional[str]:
+        """The first error line since ``since`` (the cause; later lines are consequences),
+        without llama.cpp's ``function_name:`` prefix; ``None`` if there is none."""
+        lines = self.lines_since(since)
+        for words in (("error", "requires", "not within"), ("failed",)):
+            for line in lines:
+                if any(w in line.lower() for w in words):
+                    return re.sub(r"^\w+:\s*", "", line.strip())
+        return None

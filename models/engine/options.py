@@ -1,0 +1,157 @@
+"""Sampling options of one chat reply, the messages a chat is made of, and its stats.
+
+Both are validated in the client, before anything reaches the engine process, so a bad
+value is a :class:`~app.core.errors.QuantDeskError` sentence for the user rather than a
+failure in llama.cpp's sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+from app.core.errors import QuantDeskError
+
+ROLES = ("system", "user", "assistant", "tool")
+MAX_STOP_STRINGS = 16
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """How to sample one reply.
+
+    Attributes:
+        temperature: 0 picks the most likely token every time (greedy); higher is more
+            varied. 0 … 5.
+        top_p: Keep the smallest set of tokens whose probabilities add up to this. (0, 1].
+        top_k: Keep only the k most likely tokens; 0 turns the filter off.
+        min_p: Drop tokens less likely than this fraction of the most likely one. [0, 1).
+        repeat_penalty: Divide the score of recently used tokens by this; 1 is off.
+        repeat_last_n: How many recent tokens the repeat penalty looks at.
+        seed: Random seed for reproducible replies; ``None`` for a new one each time.
+        max_tokens: Most tokens in the reply.
+        stop: Strings that end the reply when generated (not included in it).
+        ignore_eos: Keep generating past the end-of-turn token (benchmarks only).
+    """
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: Optional[int] = None
+    max_tokens: int = 1024
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def to_dict(self) -> dict:
+        """Plain values for the pipe to the engine."""
+        values = asdict(self)
+        values["stop"] = list(self.stop)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ChatOptions":
+        """The inverse of :meth:`to_dict`."""
+        values = dict(values)
+        values["stop"] = tuple(values.get("stop") or ())
+        return cls(**values)
+
+
+@dataclass
+class ChatStats:
+    """What one reply cost, as the engine measured it beside the work. Times in seconds, speeds in tokens per second."""
+
+    prompt_tokens: int = 0
+    prompt_tokens_evaluated: int = 0
+    prompt_tokens_reused: int = 0
+    completion_tokens: int = 0
+    time_to_first_token: float = 0.0
+    prefill_seconds: float = 0.0
+    prefill_tokens_per_second: float = 0.0
+    decode_seconds: float = 0.0
+    decode_tokens_per_second: float = 0.0
+    stop_reason: str = ""
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        """Plain values for the pipe."""
+        return asdict(self)
+
+
+def _number(name: str, value: Any, low: float, high: float, low_open: bool = False,
+            high_open: bool = False, hint: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise QuantDeskError(f"The sampling option {name} must be a number, not {value!r}.", hint)
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        bounds = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise QuantDeskError(f"The sampling option {name} is {value}, outside {bounds}.", hint)
+    return float(value)
+
+
+def _integer(name: str, value: Any, low: int, high: int, hint: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise QuantDeskError(f"The sampling option {name} is {value!r}; it must be a whole "
+                             f"number from {low} to {high}.", hint)
+    return value
+
+
+def validate_options(options: ChatOptions, context_length: Optional[int] = None) -> ChatOptions:
+    """Check every option; return ``options`` unchanged when they are all valid.
+
+    Args:
+        options: The options to check.
+        context_length: The loaded model's context, which bounds ``max_tokens``.
+
+    Raises:
+        QuantDeskError: An option is out of range, naming it and its valid range.
+    """
+    _number("temperature", options.temperature, 0.0, 5.0,
+            hint="Use 0 for the most likely reply, about 0.7 for a varied one.")
+    _number("top-p", options.top_p, 0.0, 1.0, low_open=True, hint="Use 0.95, or 1 to turn it off.")
+    _integer("top-k", options.top_k, 0, 1 << 20, "Use 40, or 0 to turn it off.")
+    _number("min-p", options.min_p, 0.0, 1.0, high_open=True, hint="Use 0.05, or 0 to turn it off.")
+    _number("repeat penalty", options.repeat_penalty, 0.0, 10.0, low_open=True,
+            hint="Use 1 (off) to 1.3.")
+    _integer("repeat window", options.repeat_last_n, 0, 1 << 20, "Use 64.")
+    if options.seed is not None:
+        _integer("seed", options.seed, 0, 2**32 - 2, "Use a number from 0 to 4294967294, "
+                 "or no seed for a new one each time.")
+    limit = context_length or 1 << 24
+    _integer("max tokens", options.max_tokens, 1, limit,
+             f"Use a number of tokens from 1 to {limit} (the context length).")
+    if not isinstance(options.stop, (tuple, list)) or len(options.stop) > MAX_STOP_STRINGS:
+        raise QuantDeskError(f"Stop strings must be a list of at most {MAX_STOP_STRINGS} strings.",
+                             "Remove some stop strings.")
+    for stop in options.stop:
+        if not isinstance(stop, str) or not stop:
+            raise QuantDeskError(f"The stop string {stop!r} is empty or not text.",
+                                 "Remove it or type the text that should end a reply.")
+    if not isinstance(options.ignore_eos, bool):
+        raise QuantDeskError("The option ignore_eos must be on or off.", "Choose on or off.")
+    return options
+
+
+def validate_messages(messages: Sequence[Any]) -> list[dict[str, str]]:
+    """Check a conversation and return it as plain ``{"role", "content"}`` dicts.
+
+    Raises:
+        QuantDeskError: The conversation is empty or a message is malformed.
+    """
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise QuantDeskError("The conversation has no messages to reply to.",
+                             "Type a message first.")
+    clean = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES \
+                or not isinstance(message.get("content"), str):
+            raise QuantDeskError(
+                f"Message {index + 1} of the conversation is malformed: {message!r:.80}.",
+                f"Each message needs a role ({', '.join(ROLES)}) and text content.",
+            )
+        clean.append({**message, "role": message["role"], "content": message["content"]})
+    return clean

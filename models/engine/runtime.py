@@ -1,0 +1,264 @@
+"""The model inside the engine process: load, self-test, and chat at the token level.
+
+Runs only in the engine's child process (see :mod:`models.engine`). It drives
+:class:`llama_cpp.Llama` token by token instead of through ``create_chat_completion`` so
+that it controls three things:
+
+- **Prompt reuse.** The KV cache holds the tokens of the previous turn (its prompt and
+  its reply). The new prompt is tokenized, the common prefix with the cached tokens is
+  kept, and only the rest is evaluated; :class:`ChatStats` reports both counts.
+- **Cancel.** A shared flag is checked between prompt batches and between tokens, and by
+  llama.cpp itself between graph nodes (``cancel_flag``), so a reply stops within
+  milliseconds, even in the middle of a long prompt, and keeps what it had.
+- **Timings.** Time to first token, prefill and decode speeds, measured here, beside the
+  work, without the pipe's latency.
+
+``use_extra_bufts`` is a field of llama.cpp's model params, but ``Llama()`` in
+llama-cpp-python 0.3.36 has no argument for it (an unknown keyword is silently ignored),
+so :func:`_model_params_override` sets it on the params ``Llama()`` asks for while the
+model loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import llama_cpp
+import llama_cpp.llama_cpp as llama_low
+
+from app.core.errors import QuantDeskError
+from models.engine.chat_template import PRESETS, guess_preset, render_chat
+from models.engine.llama_log import LlamaLogCapture, parse_offload_report
+from models.engine.options import ChatOptions, ChatStats
+from models.engine.settings import KV_CACHE_TYPES, LoadSettings
+from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+
+log = logging.getLogger(__name__)
+
+# Test hook: when this variable is "selftest-extra-bufts", the engine aborts the process
+# during the load self-test if use_extra_bufts is on, imitating the AMX crash of DESIGN.md
+# so tests can drive the real fallback path. Nothing else reads it.
+TEST_CRASH_ENV = "QUANTDESK_ENGINE_TEST_CRASH"
+
+
+@contextlib.contextmanager
+def _model_params_override(use_extra_bufts: bool) -> Iterator[None]:
+    """While ``Llama()`` builds its model params, set ``use_extra_bufts`` on them."""
+    original = llama_low.llama_model_default_params
+
+    def with_override():
+        params = original()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    llama_low.llama_model_default_params = with_override
+    try:
+        yield
+    finally:
+        llama_low.llama_model_default_params = original
+
+
+class LoadedModel:
+    """One model loaded by llama.cpp in this process.
+
+    Args:
+        path: The GGUF file.
+        settings: Validated :class:`LoadSettings` (auto values already resolved).
+        log_capture: The process's llama.cpp log capture, for the offload report.
+    """
+
+    def __init__(self, path: str, settings: LoadSettings, log_capture: LlamaLogCapture) -> None:
+        self.path = path
+        self.settings = settings
+        mark = log_capture.mark()
+        started = time.perf_counter()
+        try:
+            with _model_params_override(settings.use_extra_bufts):
+                self.llm = llama_cpp.Llama(
+                    model_path=path,
+                    n_gpu_layers=settings.gpu_layers,
+                    main_gpu=settings.main_gpu,
+                    n_threads=settings.threads,
+                    n_threads_batch=settings.batch_threads,
+                    n_ctx=settings.context_length,
+                    n_batch=settings.batch_size,
+                    n_ubatch=settings.micro_batch_size,
+                    flash_attn=settings.flash_attention,
+                    type_k=KV_CACHE_TYPES[settings.kv_cache_type_k],
+                    type_v=KV_CACHE_TYPES[settings.kv_cache_type_v],
+                    use_mmap=settings.use_mmap,
+                    use_mlock=settings.use_mlock,
+                    verbose=False,
+                )
+        except (ValueError, RuntimeError) as exc:
+            reason = log_capture.first_error(mark) or str(exc)
+            raise QuantDeskError(
+                f"llama.cpp could not load {Path(path).name}: {reason}.",
+                "If the file is incomplete, download or convert it again; if memory ran out, "
+                "choose a smaller context or fewer GPU layers. The log has llama.cpp's full "
+                "report.",
+            ) from exc
+        self.abort_hook = None  # set by the engine loop (cancel_flag.install_abort_hook)
+        self.load_seconds = time.perf_counter() - started
+        self.offload = parse_offload_report(log_capture.lines_since(mark))
+        if self.offload.layers_total == 0:
+            # A build without GPU offload support does not log the layer split: all of
+            # the blocks and the output layer stay on the CPU.
+            self.offload.layers_total = llama_low.llama_model_n_layer(self.llm.model) + 1
+        self.vocab = llama_low.llama_model_get_vocab(self.llm.model)
+        self.n_ctx = self.llm.n_ctx()
+        self.n_batch = self.llm.n_batch
+        self.bos_id = llama_low.llama_vocab_bos(self.vocab)
+        self.eos_id = llama_low.llama_vocab_eos(self.vocab)
+        self.bos_text = self._token_text(self.bos_id)
+        self.eos_text = self._token_text(self.eos_id)
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if template:
+            self.template, self.template_name, self.preset_stops = template, "the model's own", ()
+        else:
+            arch = self.llm.metadata.get("general.architecture", "")
+            preset = guess_preset(arch, self._is_single_token)
+            self.template, self.template_name, self.preset_stops = (
+                preset.template, preset.name, preset.stop)
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return llama_low.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
+
+    def _is_single_token(self, text: str) -> bool:
+        return len(self.llm.tokenize(text.encode(), add_bos=False, special=True)) == 1
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """Tokens whose keys and values are in the KV cache, in order."""
+        return self.llm.input_ids[: self.llm.n_tokens].tolist()
+
+    def self_test(self) -> None:
+        """Decode one token, so a kernel that crashes does so now and not mid-chat."""
+        if os.environ.get(TEST_CRASH_ENV) == "selftest-extra-bufts" and self.settings.use_extra_bufts:
+            log.warning("test hook %s: aborting during the self-test", TEST_CRASH_ENV)
+            os.abort()
+        tokens = [self.bos_id] if self.bos_id >= 0 else self.llm.tokenize(b"Hello", add_bos=False)
+        self.llm.n_tokens = 0
+        self.llm.eval(tokens)
+        with Sampler(ChatOptions(temperature=0.0), self.llm.n_vocab()) as sampler:
+            sampler.sample(self.llm.ctx)
+        self.llm.n_tokens = 0  # the next eval drops these cells from the KV cache
+
+    def render(self, messages: list[dict]) -> str:
+        """The prompt text for ``messages``, ending with the assistant's turn opening."""
+        return render_chat(self.template, messages, bos_token=self.bos_text,
+                           eos_token=self.eos_text, add_generation_prompt=True)
+
+    def tokenize_prompt(self, prompt: str) -> list[int]:
+        """Tokens of a rendered prompt; BOS added only if the vocabulary wants it and the
+        template did not already write it (llama.cpp warns about a doubled BOS)."""
+        add_bos = bool(llama_low.llama_vocab_get_add_bos(self.vocab))
+        if add_bos and self.bos_text and prompt.startswith(self.bos_text):
+            add_bos = False
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def _is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_low.llama_vocab_is_eog(self.vocab, token))
+
+    def _evaluate(self, tokens: list[int], cancelled: Callable[[], bool]) -> bool:
+        """Evaluate ``tokens``; False when cancel aborted it (see ``cancel_flag``)."""
+        try:
+            self.llm.eval(tokens)
+            return True
+        except RuntimeError as exc:
+            # llama_decode failed (2 = aborted): llama.cpp dropped the unfinished batch
+            # from the KV cache and Llama.eval did not count it, so the cache stays valid.
+            if cancelled():
+                return False
+            self.llm.n_tokens = 0
+            raise QuantDeskError(f"llama.cpp failed to evaluate the conversation ({exc}).",
+                                 "Start a new conversation, or reload the model.") from exc
+
+    def chat(self, messages: list[dict], options: ChatOptions, cancelled: Callable[[], bool],
+             emit: Callable[[str], None]) -> ChatStats:
+        """Generate a reply, calling ``emit(text)`` for each delta; return its stats.
+
+        Raises:
+            QuantDeskError: The conversation does not fit the context.
+        """
+        stats = ChatStats()
+        started = time.perf_counter()
+        tokens = self.tokenize_prompt(self.render(messages))
+        stats.prompt_tokens = len(tokens)
+        if len(tokens) >= self.n_ctx:
+            raise QuantDeskError(
+                f"The conversation is {len(tokens)} tokens long, more than the "
+                f"{self.n_ctx}-token context the model was loaded with.",
+                "Start a new conversation, or load the model with a larger context length.",
+            )
+        reused = 0
+        for cached, new in zip(self.cached_tokens, tokens):
+            if cached != new:
+                break
+            reused += 1
+        reused = min(reused, len(tokens) - 1)  # at least one token must produce logits
+        self.llm.n_tokens = reused  # the next eval removes the KV cells after the prefix
+        stats.prompt_tokens_reused = reused
+        stats.prompt_tokens_evaluated = len(tokens) - reused
+        for start in range(reused, len(tokens), self.n_batch):
+            if cancelled() or not self._evaluate(tokens[start: start + self.n_batch], cancelled):
+                stats.stop_reason = "cancelled"
+                return stats
+        prefill_end = time.perf_counter()
+        stats.prefill_seconds = prefill_end - started
+        stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated / max(stats.prefill_seconds, 1e-9)
+
+        decoder = TokenTextDecoder(self.vocab)
+        stops = StopFilter(tuple(options.stop) + self.preset_stops)
+        first = last = prefill_end
+        decoded = 0
+        with Sampler(options, self.llm.n_vocab()) as sampler:
+            stats.seed = sampler.seed
+            while True:
+                token = sampler.sample(self.llm.ctx)
+                last = time.perf_counter()
+                if stats.completion_tokens == 0:
+                    first = last
+                    stats.time_to_first_token = first - started
+                if not options.ignore_eos and self._is_end_of_generation(token):
+                    stats.stop_reason = "stop"
+                    break
+                stats.completion_tokens += 1
+                text = stops.push(decoder.feed(token))
+                if text:
+                    emit(text)
+                if stops.stopped:
+                    stats.stop_reason = "stop_string"
+                    break
+                if stats.completion_tokens >= options.max_tokens:
+                    stats.stop_reason = "length"
+                    break
+                if self.llm.n_tokens + 1 >= self.n_ctx:
+                    stats.stop_reason = "context_full"
+                    break
+                if cancelled() or not self._evaluate([token], cancelled):
+                    stats.stop_reason = "cancelled"
+                    break
+                decoded += 1
+        tail = stops.push(decoder.flush()) + stops.flush()
+        if tail:
+            emit(tail)
+        stats.decode_seconds = last - first
+        stats.decode_tokens_per_second = decoded / stats.decode_seconds if decoded else 0.0
+        return stats
+
+    def close(self) -> None:
+        """Free the model and its context now rather than at garbage collection."""
+        self.llm.close()
+
+
+def preset_names() -> list[str]:
+    """Names of the built-in chat formats (for settings screens)."""
+    return [p.name for p in PRESETS.values()]

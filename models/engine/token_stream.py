@@ -1,0 +1,138 @@
+"""From sampled tokens to the text deltas a user sees (engine side).
+
+Two things stand between a token and a delta:
+
+- A token is a piece of UTF-8 *bytes*, and a character can be split across tokens
+  (emoji, CJK, byte-fallback vocabularies). :class:`TokenTextDecoder` feeds the bytes to
+  an incremental decoder, which holds back an incomplete character until it is whole.
+- A stop string can arrive split across tokens too ("<|im" + "_end|>"). :class:`StopFilter`
+  holds back the tail of the text that could still become a stop string, and releases it
+  once it cannot; when a stop string completes, the text before it is the end of the reply.
+
+Also here: :class:`Sampler`, llama.cpp's sampler chain built from
+:class:`~models.engine.options.ChatOptions` through the C API that llama-cpp-python
+exposes, so the engine drives sampling token by token itself.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import random
+from typing import Optional, Sequence
+
+import llama_cpp
+
+from models.engine.options import ChatOptions
+
+
+class TokenTextDecoder:
+    """Turns token ids into text, never splitting a UTF-8 character."""
+
+    def __init__(self, vocab) -> None:
+        self._vocab = vocab
+        self._buffer = ctypes.create_string_buffer(256)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as it appears in text (special tokens render empty)."""
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._buffer,
+                                           len(self._buffer), 0, False)
+        if n < 0:  # buffer too small: grow to the size llama.cpp asked for
+            self._buffer = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._buffer,
+                                               len(self._buffer), 0, False)
+        return self._buffer.raw[:n]
+
+    def feed(self, token: int) -> str:
+        """The text this token completes (possibly empty while a character is split)."""
+        return self._utf8.decode(self.piece(token))
+
+    def flush(self) -> str:
+        """Whatever is held back at the end of a reply (a broken character becomes U+FFFD)."""
+        return self._utf8.decode(b"", final=True)
+
+
+class StopFilter:
+    """Holds back text that may be the start of a stop string.
+
+    Args:
+        stops: The stop strings; an empty list passes text straight through.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = [s for s in stops if s]
+        self._pending = ""
+        self.stopped = False
+
+    def push(self, text: str) -> str:
+        """Add generated text; return the part that is certainly in the reply."""
+        if self.stopped:
+            return ""
+        if not self._stops:
+            return text
+        self._pending += text
+        cut = min((i for i in (self._pending.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            released, self._pending = self._pending[:cut], ""
+            return released
+        hold = 0  # the longest tail that is a proper prefix of some stop string
+        for stop in self._stops:
+            for length in range(min(len(stop) - 1, len(self._pending)), hold, -1):
+                if self._pending.endswith(stop[:length]):
+                    hold = length
+                    break
+        released = self._pending[: len(self._pending) - hold]
+        self._pending = self._pending[len(self._pending) - hold:]
+        return released
+
+    def flush(self) -> str:
+        """At the end of the reply, held-back text that never became a stop string."""
+        released, self._pending = ("" if self.stopped else self._pending), ""
+        return released
+
+
+class Sampler:
+    """llama.cpp's sampler chain for one reply (penalties, top-k, top-p, min-p, temperature).
+
+    The chain keeps the recent-token history for the repeat penalty, so one instance
+    serves one reply. Call :meth:`close` (or use ``with``) to free it.
+    """
+
+    def __init__(self, options: ChatOptions, n_vocab: int) -> None:
+        params = llama_cpp.llama_sampler_chain_default_params()
+        self._chain = llama_cpp.llama_sampler_chain_init(params)
+        self.seed = options.seed if options.seed is not None else random.randrange(2**32 - 1)
+        add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
+        if options.repeat_penalty != 1.0:
+            add(llama_cpp.llama_sampler_init_penalties(
+                n_vocab, options.repeat_last_n, options.repeat_penalty, 0.0, 0.0))
+        if options.temperature == 0:
+            add(llama_cpp.llama_sampler_init_greedy())
+            return
+        if options.top_k > 0:
+            add(llama_cpp.llama_sampler_init_top_k(options.top_k))
+        if options.top_p < 1.0:
+            add(llama_cpp.llama_sampler_init_top_p(options.top_p, 1))
+        if options.min_p > 0.0:
+            add(llama_cpp.llama_sampler_init_min_p(options.min_p, 1))
+        add(llama_cpp.llama_sampler_init_temp(options.temperature))
+        add(llama_cpp.llama_sampler_init_dist(self.seed))
+
+    def sample(self, ctx) -> int:
+        """Pick the next token from the logits of the last evaluated position."""
+        return llama_cpp.llama_sampler_sample(self._chain, ctx, -1)
+
+    def close(self) -> None:
+        """Free the native chain (and every sampler in it)."""
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __enter__(self) -> "Sampler":
+        return self
+
+    def __exit__(self, *exc: object) -> Optional[bool]:
+        self.close()
+        return None

@@ -1,0 +1,119 @@
+"""Benchmark: the engine process against raw llama-cpp-python, same model, same settings.
+
+The engine drives llama.cpp token by token in a child process and streams every token
+over a pipe; this measures what that costs. Both sides load SmolLM2-135M-Instruct (or the
+GGUF given as the first argument) with the same settings (2 threads unless ``--threads``,
+context 1024, batch 512), process the same rendered prompt (about 300 tokens, different
+per run so nothing is reused) and generate the same number of tokens greedily without stopping at EOS. Runs
+alternate engine / raw so that load from other processes hits both alike; medians are
+printed, and the engine's speeds as a ratio of raw (target ≥ 0.97).
+
+- **raw**: ``llama_cpp.Llama`` in this process: ``Llama.generate`` (its own eval and
+  sample loop) on the prompt tokens, timed to the first and the last token.
+- **engine (inside)**: the speeds the engine measures beside the work.
+- **engine (client)**: decode speed as the client sees the deltas arrive, pipe included.
+
+Run: ``.venv/bin/python tests/benchmarks/bench_engine.py [MODEL.gguf] [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+CONTEXT, BATCH = 1024, 512
+GENERATE = 64
+DEFAULT_THREADS = 2
+
+
+def raw_run(llm, prompt_tokens: list[int]) -> tuple[float, float]:
+    """Prefill and decode tok/s of raw llama-cpp-python for one prompt."""
+    llm.reset()
+    started = time.perf_counter()
+    first = last = started
+    for index, _token in enumerate(llm.generate(prompt_tokens, temp=0.0, reset=True)):
+        now = time.perf_counter()
+        if index == 0:
+            first = now
+        if index + 1 == GENERATE:
+            last = now
+            break
+    return len(prompt_tokens) / (first - started), (GENERATE - 1) / (last - first)
+
+
+def engine_run(client, messages: list[dict]) -> tuple[float, float, float]:
+    """Prefill, decode (both measured inside) and client-side decode tok/s."""
+    from models.engine import ChatOptions
+
+    reply = client.chat(messages, ChatOptions(temperature=0.0, max_tokens=GENERATE,
+                                              ignore_eos=True))
+    arrivals = [time.perf_counter() for _ in reply]
+    stats = reply.stats
+    client_decode = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    return stats.prefill_tokens_per_second, stats.decode_tokens_per_second, client_decode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model", nargs="?", type=Path)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    args = parser.parse_args()
+    threads = args.threads
+    if args.model is None:
+        from tests.conftest import cached_models_dir, fetch_smollm2
+
+        args.model = fetch_smollm2(cached_models_dir())
+
+    import llama_cpp
+
+    from models.engine import EngineClient, LoadSettings
+    from models.engine.benchmark import bench_messages
+    from models.engine.chat_template import render_chat
+    from models.engine.gguf_info import read_model_info
+
+    info = read_model_info(args.model)
+    settings = LoadSettings(threads=threads, batch_threads=threads, context_length=CONTEXT,
+                            batch_size=BATCH, micro_batch_size=BATCH)
+    raw = llama_cpp.Llama(model_path=str(args.model), n_threads=threads,
+                          n_threads_batch=threads, n_ctx=CONTEXT, n_batch=BATCH,
+                          n_ubatch=BATCH, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(raw.model)
+    add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+    bos = raw.detokenize([raw.token_bos()], special=True).decode() if add_bos else ""
+    results: dict[str, list[float]] = {k: [] for k in ("raw_p", "raw_d", "eng_p", "eng_d", "eng_c")}
+    with EngineClient() as client:
+        client.load(args.model, settings)
+        for run in range(args.runs):
+            messages = bench_messages(run, 280)
+            prompt = render_chat(info.chat_template, messages, bos_token=bos)
+            tokens = raw.tokenize(prompt.encode(), add_bos=add_bos and not prompt.startswith(bos)
+                                  if bos else add_bos, special=True)
+            p, d, c = engine_run(client, messages)
+            results["eng_p"].append(p), results["eng_d"].append(d), results["eng_c"].append(c)
+            p, d = raw_run(raw, tokens)
+            results["raw_p"].append(p), results["raw_d"].append(d)
+            print(f"run {run + 1}: prompt {len(tokens)} tokens; engine prefill "
+                  f"{results['eng_p'][-1]:.1f} decode {results['eng_d'][-1]:.1f} "
+                  f"(client {c:.1f}); raw prefill {p:.1f} decode {d:.1f} tok/s", flush=True)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"\n{info.name}, {threads} threads, context {CONTEXT}, {GENERATE} tokens generated, "
+          f"median of {args.runs} alternating runs:")
+    print(f"{'':24}{'prefill tok/s':>15}{'decode tok/s':>15}")
+    print(f"{'raw llama-cpp-python':24}{med['raw_p']:15.1f}{med['raw_d']:15.1f}")
+    print(f"{'engine (inside)':24}{med['eng_p']:15.1f}{med['eng_d']:15.1f}")
+    print(f"{'engine (client side)':24}{'':>15}{med['eng_c']:15.1f}")
+    print(f"engine / raw: prefill {med['eng_p'] / med['raw_p']:.3f}, decode "
+          f"{med['eng_d'] / med['raw_d']:.3f} (inside), {med['eng_c'] / med['raw_d']:.3f} "
+          f"(client side); target >= 0.97")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

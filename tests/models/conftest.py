@@ -1,0 +1,44 @@
+"""Engine test helpers: one engine process with SmolLM2 loaded per test module, and the
+oracle reply of llama-cpp-python's own ``create_chat_completion``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Small and fast: two threads (CI has two cores), a context that holds any test chat.
+FAST_SETTINGS = dict(threads=2, batch_threads=2, context_length=1024)
+
+
+@pytest.fixture(scope="module")
+def smollm2_engine(smollm2_gguf):
+    """An :class:`EngineClient` with SmolLM2 loaded; shut down after the module."""
+    from models.engine import EngineClient, LoadSettings
+
+    client = EngineClient()
+    client.load(smollm2_gguf, LoadSettings(**FAST_SETTINGS))
+    yield client
+    client.shutdown()
+
+
+RAW_GREEDY = r"""
+import json, sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=1024, n_threads=2, verbose=False)
+out = llm.create_chat_completion(messages=json.loads(sys.argv[2]), max_tokens=int(sys.argv[3]),
+                                 temperature=0.0)
+print(json.dumps({"text": out["choices"][0]["message"]["content"],
+                  "completion_tokens": out["usage"]["completion_tokens"],
+                  "prompt_tokens": out["usage"]["prompt_tokens"]}))
+"""
+
+
+def raw_greedy_reply(model, messages, max_tokens) -> dict:
+    """llama-cpp-python's greedy chat reply (text and token counts), in a separate process."""
+    result = subprocess.run([sys.executable, "-c", RAW_GREEDY, str(model), json.dumps(messages),
+                             str(max_tokens)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,0 +1,85 @@
+"""``quantdesk chat`` and ``quantdesk bench`` on the real SmolLM2, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.smollm2
+
+FAST = ["--threads", "2", "--batch-threads", "2", "--ctx", "1024"]
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli", *args]
+
+
+def test_chat_answers_remembers_and_exits(smollm2_gguf):
+    script = ("What is the capital of France? Answer in one word.\n"
+              "What did I just ask you about?\n/exit\n")
+    result = subprocess.run(cli("chat", str(smollm2_gguf), *FAST, "--temperature", "0",
+                                "--max-tokens", "24"),
+                            input=script, capture_output=True, text=True, timeout=300,
+                            cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Paris" in result.stdout
+    assert "0/31 layers on GPU" in result.stderr
+    stats = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert len(stats) == 2, result.stderr
+    # The second turn reused the first one from the KV cache.
+    cached = int(stats[1].split(" new + ")[1].split()[0])
+    assert cached > 30, stats[1]
+
+
+def test_chat_ctrl_c_stops_the_reply_and_the_session_goes_on(smollm2_gguf):
+    process = subprocess.Popen(
+        cli("chat", str(smollm2_gguf), *FAST, "--max-tokens", "600", "--seed", "3"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO_ROOT, bufsize=1)
+    out: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [out.put(c) for c in iter(lambda: process.stdout.read(1), "")],
+                     daemon=True).start()
+    try:
+        process.stdin.write("Write a very long story about a dragon and a knight.\n")
+        process.stdin.flush()
+        seen, deadline = "", time.monotonic() + 120
+        while len(seen) < 80 and time.monotonic() < deadline:  # the reply is streaming
+            seen += out.get(timeout=120)
+        os.kill(process.pid, signal.SIGINT)
+        time.sleep(0.5)
+        process.stdin.write("/exit\n")
+        process.stdin.flush()
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-2000:]
+    stats = [line for line in stderr.splitlines() if line.startswith("[")]
+    assert len(stats) == 1 and "stopped" in stats[0], stderr
+    assert int(stats[0][1:].split()[0]) < 600
+
+
+def test_bench_reports_speeds_and_the_bandwidth_fraction(smollm2_gguf):
+    result = subprocess.run(cli("bench", str(smollm2_gguf), *FAST, "--runs", "1",
+                                "--prompt-tokens", "48", "--gen-tokens", "16"),
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    decode = float(lines["Generation"].split()[0])
+    bandwidth = float(lines["Memory bandwidth"].split()[0])
+    per_token_mb = float(lines["Weights per token"].split()[0])
+    limit = float(lines["Bandwidth limit"].split()[0])
+    assert decode > 0 and bandwidth > 0.5  # GB/s: any computer copies faster than that
+    assert per_token_mb == pytest.approx(96.6, abs=0.1)  # SmolLM2 Q4_1, tied embeddings
+    assert limit == pytest.approx(bandwidth * 1000 / per_token_mb, rel=0.01)
+    fraction = result.stdout.split("Generation reaches ")[1].split("%")[0]
+    assert int(fraction) == round(100 * decode / limit)
