@@ -2,7 +2,8 @@
 
 Each family's tiny checkpoint (tests/factory) is converted to an F16 GGUF, loaded in the
 engine, and its greedy reply compared with llama-cpp-python on the same file: the prompt
-rendered by llama-cpp-python's ``Jinja2ChatFormatter``, tokenized, and decoded greedily
+rendered by llama-cpp-python's ``Jinja2ChatFormatter``, tokenized (BOS added as llama-server
+adds it), and decoded greedily
 with ``Llama.generate`` must give the same prompt tokens and the same reply. (``create_chat_completion`` itself is no oracle here: random weights produce
 invalid UTF-8, for which it counts and drops bytes its own way.)
 """
@@ -28,7 +29,11 @@ vocab = llama_cpp.llama_model_get_vocab(llm.model)
 text = lambda t: llama_cpp.llama_vocab_get_text(vocab, t).decode() if t >= 0 else ""
 prompt = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], eos_token=text(llm.token_eos()),
                              bos_token=text(llm.token_bos()))(messages=json.loads(sys.argv[2])).prompt
-tokens = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+# BOS once when the GGUF asks for it and the template did not write it (llama-server's rule;
+# llama-cpp-python's create_chat_completion never adds it, which drops BOS for e.g. Phi-3).
+bos = text(llm.token_bos())
+add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab)) and not (bos and prompt.startswith(bos))
+tokens = llm.tokenize(prompt.encode(), add_bos=add_bos, special=True)
 reply = []
 for token in llm.generate(tokens, temp=0.0):
     if llama_cpp.llama_vocab_is_eog(vocab, token) or len(reply) == int(sys.argv[3]):
@@ -50,7 +55,7 @@ MESSAGES = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "hello world, how are you?"}]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "tinyllama", "mistral", "gemma2", "phi3"])
 def test_tiny_converted_model_chats_like_llama_cpp_python(tmp_path, arch):
     write_tiny_checkpoint(tmp_path / "hf", arch=arch)
     model = convert(tmp_path / "hf", tmp_path / f"{arch}.gguf", "f16")
