@@ -18,8 +18,9 @@ request (client → engine)                            events (engine → client
 ===================================================  ==========================================
 ``{"op": "load", "path", "settings"}``               ``phase`` (``"selftest"``), then
                                                      ``loaded`` ``{"report"}`` or ``error``
-``{"op": "chat", "messages", "options"}``            ``delta`` ``{"text"}`` …, then ``done``
-                                                     ``{"stats"}`` or ``error``
+``{"op": "chat", "messages", "options",              ``delta`` ``{"text"}`` …, then ``done``
+``"conversation_id", "session_cap_bytes"}``          ``{"stats"}`` or ``error``
+``{"op": "delete_session", "conversation_id"}``      ``ok`` ``{"deleted"}``
 ``{"op": "unload"}`` / ``{"op": "shutdown"}``        ``ok``
 ``{"op": "stats"}``                                  ``stats`` ``{"stats"}``
 ===================================================  ==========================================
@@ -31,6 +32,14 @@ llama.cpp checks between the nodes of its compute graph, so a cancel never waits
 a busy pipe or a long llama.cpp call. A reply ended by cancel,
 a stop string, the token limit or a full context is still ``done``, with
 ``stats["stop_reason"]`` saying which.
+
+Saved sessions (``sessions.py``): a chat with a ``conversation_id`` saves the KV cache
+of that conversation to the app's sessions folder *after* its ``done`` event is sent (so
+saving never delays a reply; the next request waits for it). When a chat names a
+conversation the engine's cache does not hold, the engine first restores its saved state
+if that reuses more than the cache does; ``stats["session_restored"]`` says so, and
+``stats["session_notice"]`` explains a state that could not be used (another model or KV
+setting, a damaged file), in which case the conversation is simply prefilled.
 
 Crashes: the client waits on the pipe *and* the process sentinel. If the process dies,
 the request raises :class:`~models.engine.client.EngineCrashed` (text streamed so far on
@@ -47,9 +56,10 @@ Modules: ``gguf_info`` (header facts), ``settings`` (load settings and their rul
 ``token_stream`` (sampler, UTF-8 and stop-string handling), ``cancel_flag`` (the shared
 cancel byte and llama.cpp's abort hook), ``llama_log`` (llama.cpp's log
 and the offload report), ``runtime`` (the model in the engine), ``child`` (the engine's
-loop), ``client`` (the handle the app holds), ``fallback`` (the remembered AMX fallback).
-Only ``client``, ``settings``, ``options``, ``gguf_info`` and ``chat_template`` are meant
-for the app's process; the others import llama_cpp and run in the engine.
+loop), ``client`` (the handle the app holds), ``fallback`` (the remembered AMX fallback),
+``sessions`` (saved KV states on disk).
+Only ``client``, ``settings``, ``options``, ``gguf_info``, ``chat_template`` and ``sessions``
+are meant for the app's process; the others import llama_cpp and run in the engine.
 """
 
 from models.engine.client import ChatReply, EngineClient, EngineCrashed, LoadReport

@@ -41,6 +41,7 @@ def _handle(request: dict, state: dict, conn: Any) -> dict:
     from models.engine.cancel_flag import install_abort_hook
     from models.engine.options import ChatOptions
     from models.engine.runtime import LoadedModel
+    from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
     from models.engine.settings import LoadSettings
 
     op = request["op"]
@@ -63,12 +64,24 @@ def _handle(request: dict, state: dict, conn: Any) -> dict:
     if op == "chat":
         if model is None:
             raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
+        conversation_id = request.get("conversation_id")
+        store = SessionStore.default(request.get("session_cap_bytes", DEFAULT_CAP_BYTES)) \
+            if conversation_id is not None else None
         stats = model.chat(
             request["messages"], ChatOptions.from_dict(request["options"]),
             cancelled=lambda: state["cancel"][0] != 0,
             emit=lambda text: conn.send({"event": "delta", "text": text}),
+            conversation_id=conversation_id, store=store,
         )
+        if store is not None:
+            # Saved once the reply is sent, so the save never delays the reply.
+            state["after_reply"] = lambda: model.save_session(store, conversation_id)
         return {"event": "done", "stats": stats.to_dict()}
+    if op == "delete_session":
+        if model is not None and model.conversation_id == request["conversation_id"]:
+            model.conversation_id = None  # the cache no longer stands for a saved state
+        deleted = SessionStore.default().delete(request["conversation_id"])
+        return {"event": "ok", "deleted": deleted}
     if op == "unload":
         if model is not None:
             model.close()
@@ -121,6 +134,12 @@ def engine_main(conn: Any, cancel_flag: Any) -> None:
             conn.send(reply)
         except (BrokenPipeError, OSError):
             break
+        after_reply = state.pop("after_reply", None)
+        if after_reply is not None:
+            try:
+                after_reply()
+            except Exception:  # a failed save only costs a prefill next time
+                log.exception("engine: saving the conversation's state failed")
         if request.get("op") == "shutdown":
             break
     model = state.get("model")

@@ -26,6 +26,7 @@ from models.engine.cancel_flag import CancelFlag
 from models.engine.gguf_info import GGUFModelInfo, read_model_info
 from models.engine.llama_log import OffloadReport
 from models.engine.options import ChatOptions, ChatStats, validate_messages, validate_options
+from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
 from models.engine.settings import LoadSettings, gpu_device_count, validate_settings
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,12 @@ class ChatReply:
     early (``break``, an exception) cancels the reply and waits for the engine to stop.
     """
 
-    def __init__(self, client: "EngineClient", messages: list[dict], options: ChatOptions) -> None:
+    def __init__(self, client: "EngineClient", messages: list[dict], options: ChatOptions,
+                 conversation_id: Optional[str] = None) -> None:
         self._client = client
         self._messages = messages
         self._options = options
+        self.conversation_id = conversation_id
         self.text = ""
         self.stats: Optional[ChatStats] = None
         self.started: Optional[float] = None
@@ -122,9 +125,13 @@ class EngineClient:
 
     Args:
         start_timeout: Seconds to wait for a new engine process to answer a load.
+        session_cap_bytes: Disk budget of the saved conversation states (``sessions``);
+            the least recently used are deleted past it.
     """
 
-    def __init__(self, start_timeout: float = 300.0) -> None:
+    def __init__(self, start_timeout: float = 300.0,
+                 session_cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
+        self.session_cap_bytes = session_cap_bytes
         self._mp = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._cancel = CancelFlag(self._mp)
@@ -285,8 +292,14 @@ class EngineClient:
 
     # -- chatting -------------------------------------------------------------------
 
-    def chat(self, messages: Sequence[dict], options: Optional[ChatOptions] = None) -> ChatReply:
+    def chat(self, messages: Sequence[dict], options: Optional[ChatOptions] = None,
+             conversation_id: Optional[str | int] = None) -> ChatReply:
         """Start a reply to ``messages``; iterate the result for text deltas.
+
+        With a ``conversation_id``, the engine saves the conversation's KV state after the
+        reply, and restores it when the conversation comes back to an engine whose cache
+        holds something else; ``stats.session_restored`` and ``stats.session_notice`` say
+        how that went.
 
         Raises:
             QuantDeskError: Invalid messages or options (at once), or later while
@@ -296,7 +309,8 @@ class EngineClient:
         options = options or ChatOptions()
         context = self.last_load.context_length if self.last_load else None
         validate_options(options, context)
-        return ChatReply(self, clean, options)
+        return ChatReply(self, clean, options,
+                         None if conversation_id is None else str(conversation_id))
 
     def _stream(self, reply: ChatReply) -> Iterator[str]:
         with self._lock:
@@ -307,7 +321,9 @@ class EngineClient:
                 self._cancel.set()
             reply.started = time.perf_counter()
             self._send({"op": "chat", "messages": reply._messages,
-                        "options": reply._options.to_dict()}, "chat")
+                        "options": reply._options.to_dict(),
+                        "conversation_id": reply.conversation_id,
+                        "session_cap_bytes": self.session_cap_bytes}, "chat")
             try:
                 while True:
                     event = self._receive("chat", reply.text)
@@ -348,6 +364,21 @@ class EngineClient:
             if self._process is not None and self._process.is_alive():
                 self._send({"op": "unload"}, "unload")
                 self._raise_error(self._receive("unload", timeout=60))
+
+    def delete_session(self, conversation_id: str | int) -> bool:
+        """Delete a conversation's saved KV state (when the conversation is deleted).
+
+        A running engine does it, so a save it is finishing cannot bring the file back.
+        Returns False when there was no saved state.
+        """
+        with self._lock:
+            if self._process is not None and self._process.is_alive():
+                self._send({"op": "delete_session", "conversation_id": str(conversation_id)},
+                           "delete_session")
+                event = self._receive("delete_session", timeout=60)
+                self._raise_error(event)
+                return bool(event["deleted"])
+            return SessionStore.default().delete(str(conversation_id))
 
     def stats(self) -> dict:
         """The engine's state: process, model, KV-cache fill and the last reply's stats.

@@ -75,6 +75,8 @@ class ChatStats:
     decode_tokens_per_second: float = 0.0
     stop_reason: str = ""
     seed: int = 0
+    session_restored: bool = False  # the KV cache came from the conversation's saved state
+    session_notice: str = ""  # why a saved state could not be used ("" when nothing to say)
 
     def to_dict(self) -> dict:
         """Plain values for the pipe."""

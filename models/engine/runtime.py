@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import llama_cpp
 import llama_cpp.llama_cpp as llama_low
@@ -35,6 +35,8 @@ from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats
+from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state,
+                                    session_fingerprint)
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 
@@ -104,6 +106,10 @@ class LoadedModel:
                 "report.",
             ) from exc
         self.abort_hook = None  # set by the engine loop (cancel_flag.install_abort_hook)
+        # Which conversation the KV cache holds (None: none, or an anonymous chat), and
+        # what a saved state of it must match to be restored (see ``sessions``).
+        self.conversation_id: Optional[str] = None
+        self.fingerprint = session_fingerprint(path, settings, llama_cpp.__version__)
         self.load_seconds = time.perf_counter() - started
         self.offload = parse_offload_report(log_capture.lines_since(mark))
         if self.offload.layers_total == 0:
@@ -181,9 +187,66 @@ class LoadedModel:
             raise QuantDeskError(f"llama.cpp failed to evaluate the conversation ({exc}).",
                                  "Start a new conversation, or reload the model.") from exc
 
+    @staticmethod
+    def _common_prefix(tokens: list[int], other: list[int]) -> int:
+        count = 0
+        for a, b in zip(tokens, other):
+            if a != b:
+                break
+            count += 1
+        return count
+
+    def _restore_session(self, store: SessionStore, conversation_id: str, tokens: list[int],
+                         has_history: bool, stats: ChatStats) -> None:
+        """Load the conversation's saved state into the KV cache if it beats what is there.
+
+        Every failure leaves a valid cache (the old one, or an empty one) and a notice.
+        """
+        try:
+            saved = store.open(conversation_id, self.fingerprint)
+            if saved is None:
+                if has_history:
+                    stats.session_notice = ("This conversation has no saved state; it was read "
+                                            "again from its start.")
+                return
+            usable = self._common_prefix(saved.tokens, tokens)
+            if usable <= self._common_prefix(self.cached_tokens, tokens) or \
+                    len(saved.tokens) >= self.n_ctx:
+                return  # the cache already holds as much of this conversation
+            payload = saved.read_payload()
+        except SessionUnusable as exc:
+            log.info("session %s not restored: %s", conversation_id, exc.notice)
+            stats.session_notice = exc.notice
+            return
+        if not restore_state(self.llm.ctx, payload):
+            self.llm.n_tokens = 0  # llama.cpp emptied sequence 0; the next eval starts clean
+            stats.session_notice = ("llama.cpp refused the saved state of this conversation; "
+                                    "it was read again from its start.")
+            return
+        self.llm.input_ids[: len(saved.tokens)] = saved.tokens
+        self.llm.n_tokens = len(saved.tokens)
+        store.touch(conversation_id)
+        stats.session_restored = True
+
+    def save_session(self, store: SessionStore, conversation_id: str) -> None:
+        """Save what the KV cache holds as the conversation's state (after a reply)."""
+        if self.conversation_id != conversation_id or self.llm.n_tokens == 0:
+            return
+        started = time.perf_counter()
+        path = store.save(conversation_id, self.fingerprint, self.cached_tokens,
+                          capture_state(self.llm.ctx))
+        log.info("session %s saved: %d tokens in %.3f s", path.name, self.llm.n_tokens,
+                 time.perf_counter() - started)
+
     def chat(self, messages: list[dict], options: ChatOptions, cancelled: Callable[[], bool],
-             emit: Callable[[str], None]) -> ChatStats:
+             emit: Callable[[str], None], conversation_id: Optional[str] = None,
+             store: Optional[SessionStore] = None) -> ChatStats:
         """Generate a reply, calling ``emit(text)`` for each delta; return its stats.
+
+        With a ``conversation_id`` (and a ``store``), a cache that holds another
+        conversation is first replaced by this conversation's saved state when that
+        saves work; saving after the reply is :meth:`save_session`, called by the
+        engine loop once the reply is sent.
 
         Raises:
             QuantDeskError: The conversation does not fit the context.
@@ -198,11 +261,12 @@ class LoadedModel:
                 f"{self.n_ctx}-token context the model was loaded with.",
                 "Start a new conversation, or load the model with a larger context length.",
             )
-        reused = 0
-        for cached, new in zip(self.cached_tokens, tokens):
-            if cached != new:
-                break
-            reused += 1
+        if conversation_id is not None and store is not None \
+                and conversation_id != self.conversation_id:
+            has_history = any(m["role"] == "assistant" for m in messages)
+            self._restore_session(store, conversation_id, tokens, has_history, stats)
+        self.conversation_id = conversation_id
+        reused = self._common_prefix(self.cached_tokens, tokens)
         reused = min(reused, len(tokens) - 1)  # at least one token must produce logits
         self.llm.n_tokens = reused  # the next eval removes the KV cells after the prefix
         stats.prompt_tokens_reused = reused
