@@ -15,6 +15,9 @@ from app.core.errors import QuantDeskError
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
+SPECULATIVE_MODES = ("off", "prompt_lookup")
+MAX_DRAFT_TOKENS = 64
+MAX_NGRAM_SIZE = 8
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,13 @@ class ChatOptions:
         max_tokens: Most tokens in the reply.
         stop: Strings that end the reply when generated (not included in it).
         ignore_eos: Keep generating past the end-of-turn token (benchmarks only).
+        speculative: ``"off"``, or ``"prompt_lookup"`` to guess the next tokens from
+            earlier text of the conversation and check them in one batch
+            (``prompt_lookup.py``); the reply is the same, only faster when it copies.
+            (Token for token with flash attention on; llama.cpp's plain attention rounds
+            a batch slightly differently from one token, which can flip a near-tie.)
+        draft_tokens: The most tokens guessed at once by prompt lookup. 1 … 64.
+        ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
     """
 
     temperature: float = 0.7
@@ -45,6 +55,9 @@ class ChatOptions:
     max_tokens: int = 1024
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    speculative: str = "off"
+    draft_tokens: int = 8
+    ngram_size: int = 3
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""
@@ -77,6 +90,9 @@ class ChatStats:
     seed: int = 0
     session_restored: bool = False  # the KV cache came from the conversation's saved state
     session_notice: str = ""  # why a saved state could not be used ("" when nothing to say)
+    draft_tokens: int = 0  # tokens proposed by speculative decoding
+    accepted_tokens: int = 0  # of those, tokens the model confirmed (kept in the reply)
+    acceptance_rate: float = 0.0  # accepted / drafted (0 when nothing was drafted)
 
     def to_dict(self) -> dict:
         """Plain values for the pipe."""
@@ -135,6 +151,12 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
                                  "Remove it or type the text that should end a reply.")
     if not isinstance(options.ignore_eos, bool):
         raise QuantDeskError("The option ignore_eos must be on or off.", "Choose on or off.")
+    if options.speculative not in SPECULATIVE_MODES:
+        raise QuantDeskError(f"The speculative decoding mode {options.speculative!r} is unknown.",
+                             f"Choose one of: {', '.join(SPECULATIVE_MODES)}.")
+    _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
+             "Use 8; more helps only when replies copy long passages.")
+    _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 3.")
     return options
 
 

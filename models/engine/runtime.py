@@ -12,6 +12,10 @@ that it controls three things:
   milliseconds, even in the middle of a long prompt, and keeps what it had.
 - **Timings.** Time to first token, prefill and decode speeds, measured here, beside the
   work, without the pipe's latency.
+- **Speculative decoding.** With ``speculative="prompt_lookup"`` the tokens after each
+  picked one are guessed from the conversation (``prompt_lookup``) and checked in one
+  batch; the reply is the same, the cache and ``input_ids`` hold the same tokens as with
+  plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
 
 ``use_extra_bufts`` is a field of llama.cpp's model params, but ``Llama()`` in
 llama-cpp-python 0.3.36 has no argument for it (an unknown keyword is silently ignored),
@@ -25,16 +29,19 @@ import contextlib
 import logging
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import llama_cpp
 import llama_cpp.llama_cpp as llama_low
+import numpy as np
 
 from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats
+from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state,
                                     session_fingerprint)
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
@@ -282,12 +289,22 @@ class LoadedModel:
         decoder = TokenTextDecoder(self.vocab)
         stops = StopFilter(tuple(options.stop) + self.preset_stops)
         first = last = prefill_end
-        decoded = 0
-        with Sampler(options, self.llm.n_vocab()) as sampler:
+        decoded = -1  # tokens picked after the first one
+        # Tokens picked but not yet handled, oldest first. Only the last of them can be
+        # missing from the KV cache: the others are confirmed draft tokens, already there.
+        picked: deque[int] = deque()
+        lookup = options.speculative == "prompt_lookup"
+        with Sampler(options, self.llm.n_vocab()) as sampler, \
+                contextlib.ExitStack() as cleanup:
+            drafts = cleanup.enter_context(DraftBatch(min(options.draft_tokens + 1, self.n_batch))) \
+                if lookup else None
             stats.seed = sampler.seed
+            picked.append(sampler.sample(self.llm.ctx))
             while True:
-                token = sampler.sample(self.llm.ctx)
+                token = picked.popleft()
+                position = len(tokens) + stats.completion_tokens  # where ``token`` goes
                 last = time.perf_counter()
+                decoded += 1
                 if stats.completion_tokens == 0:
                     first = last
                     stats.time_to_first_token = first - started
@@ -304,19 +321,79 @@ class LoadedModel:
                 if stats.completion_tokens >= options.max_tokens:
                     stats.stop_reason = "length"
                     break
-                if self.llm.n_tokens + 1 >= self.n_ctx:
+                if position + 1 >= self.n_ctx:
                     stats.stop_reason = "context_full"
                     break
-                if cancelled() or not self._evaluate([token], cancelled):
+                if picked:
+                    continue  # a confirmed draft token: already in the KV cache
+                if cancelled():
                     stats.stop_reason = "cancelled"
                     break
-                decoded += 1
+                if drafts is None:
+                    if not self._evaluate([token], cancelled):
+                        stats.stop_reason = "cancelled"
+                        break
+                    picked.append(sampler.sample(self.llm.ctx))
+                    continue
+                room = min(drafts.capacity - 1, self.n_ctx - position - 2,
+                           options.max_tokens - stats.completion_tokens)
+                history = np.append(self.llm.input_ids[:position], token)
+                draft = find_draft(history, options.ngram_size, room)
+                if not self._verify(drafts, token, draft, position, sampler, picked, stats,
+                                    cancelled):
+                    stats.stop_reason = "cancelled"
+                    break
+            # Plain decoding leaves every handled token but the last in the cache; confirmed
+            # draft tokens past the end of the reply must not stay there.
+            if self.llm.n_tokens > position:
+                self.llm.n_tokens = position
+                truncate_cache(self.llm.ctx, position)
+        if stats.draft_tokens:
+            stats.acceptance_rate = stats.accepted_tokens / stats.draft_tokens
         tail = stops.push(decoder.flush()) + stops.flush()
         if tail:
             emit(tail)
         stats.decode_seconds = last - first
-        stats.decode_tokens_per_second = decoded / stats.decode_seconds if decoded else 0.0
+        stats.decode_tokens_per_second = decoded / stats.decode_seconds if decoded > 0 else 0.0
         return stats
+
+    def _verify(self, drafts: DraftBatch, token: int, draft: list[int], position: int,
+                sampler: Sampler, picked: deque, stats: ChatStats,
+                cancelled: Callable[[], bool]) -> bool:
+        """Evaluate ``token`` and its ``draft`` in one batch; queue the picks the draft earns.
+
+        The sampler picks from the logits after ``token`` and after each draft token in
+        turn, as plain decoding would; the draft token counts while the pick equals it.
+        The first differing pick (or the pick after a fully confirmed draft) ends the
+        run, and the cells of the rejected draft tokens leave the KV cache, so the cache
+        and ``input_ids`` hold exactly the handled tokens. False when cancel aborted it.
+        """
+        batch = [token] + draft
+        code = drafts.decode(self.llm.ctx, batch, position)
+        if code != 0:
+            # Like a failed Llama.eval: llama.cpp dropped the unfinished batch's cells.
+            truncate_cache(self.llm.ctx, position)
+            self.llm.n_tokens = position
+            if cancelled():
+                return False
+            self.llm.n_tokens = 0
+            raise QuantDeskError(f"llama.cpp failed to evaluate the conversation (llama_decode "
+                                 f"returned {code}).", "Start a new conversation, or reload the model.")
+        accepted = 0
+        for index in range(len(batch)):
+            choice = sampler.sample(self.llm.ctx, index)
+            picked.append(choice)
+            if index == len(draft) or choice != draft[index]:
+                break
+            accepted += 1
+        kept = position + 1 + accepted  # ``token`` and the confirmed draft tokens
+        self.llm.input_ids[position: kept] = batch[: accepted + 1]
+        self.llm.n_tokens = kept
+        if accepted < len(draft):
+            truncate_cache(self.llm.ctx, kept)
+        stats.draft_tokens += len(draft)
+        stats.accepted_tokens += accepted
+        return True
 
     def close(self) -> None:
         """Free the model and its context now rather than at garbage collection."""

@@ -120,9 +120,10 @@ class Sampler:
         add(llama_cpp.llama_sampler_init_temp(options.temperature))
         add(llama_cpp.llama_sampler_init_dist(self.seed))
 
-    def sample(self, ctx) -> int:
-        """Pick the next token from the logits of the last evaluated position."""
-        return llama_cpp.llama_sampler_sample(self._chain, ctx, -1)
+    def sample(self, ctx, index: int = -1) -> int:
+        """Pick the next token from the logits of position ``index`` of the last batch
+        (the last position by default; others need a batch that asked for their logits)."""
+        return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
     def close(self) -> None:
         """Free the native chain (and every sampler in it)."""

@@ -1,0 +1,113 @@
+"""Speculative decoding by prompt lookup (engine side).
+
+A reply that copies from its prompt (editing a paragraph, quoting code) repeats long runs
+of tokens the conversation already holds. Prompt lookup guesses the next few tokens for
+free: find the most recent earlier place where the last ``n`` generated tokens occurred,
+and propose the tokens that followed them there (:func:`find_draft`). The model then
+checks the whole guess in one batch (:class:`DraftBatch`), which costs little more than
+one token on a CPU because the weights are read once for all positions.
+
+Verification keeps the output exactly what plain decoding gives: the engine's sampler
+picks a token from the logits of every position in turn, and a drafted token counts only
+while the picked token equals it. The first picked token that differs replaces the rest
+of the draft, whose keys and values are removed from the KV cache
+(:func:`truncate_cache`). Because the draft is a fixed guess (not sampled from a draft
+distribution), accepting it only when the target's own pick equals it leaves the
+distribution of the reply unchanged at any temperature, and the sampler sees the same
+sequence of picks (and random draws) as plain decoding.
+
+Runs only in the engine process (imports llama_cpp).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import llama_cpp.llama_cpp as llama_low
+import numpy as np
+
+
+def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int) -> list[int]:
+    """Tokens that followed the most recent earlier occurrence of the history's tail.
+
+    Tries the longest tail first (``max_ngram`` tokens, down to 1): a longer match is a
+    more specific context, so its continuation is likelier to be right.
+
+    Args:
+        history: Every token of the conversation so far (prompt and reply), 1-D ints.
+        max_ngram: The longest tail to look up.
+        max_tokens: The most tokens to propose.
+
+    Returns:
+        Up to ``max_tokens`` tokens; empty when no tail occurs earlier or ``max_tokens`` < 1.
+    """
+    length = history.shape[0]
+    if max_tokens < 1:
+        return []
+    for size in range(min(max_ngram, length - 1), 0, -1):
+        # Windows that start before the tail itself, so each has a continuation.
+        windows = np.lib.stride_tricks.sliding_window_view(history[:-1], size)
+        starts = np.flatnonzero((windows == history[-size:]).all(axis=1))
+        if starts.size:
+            begin = int(starts[-1]) + size  # the most recent match copies the freshest text
+            return history[begin: begin + max_tokens].tolist()
+    return []
+
+
+class DraftBatch:
+    """A llama.cpp batch that evaluates a token and its draft with logits at every position.
+
+    ``Llama.eval`` asks for the logits of the last position only, so verification has its
+    own batch. Position ``i`` of the batch gives the logits for the token after
+    ``tokens[i]``; sample them with ``Sampler.sample(ctx, i)``.
+
+    Args:
+        capacity: The most tokens one batch holds (at most the context's batch size).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._batch = llama_low.llama_batch_init(capacity, 0, 1)
+
+    def decode(self, ctx, tokens: Sequence[int], first_position: int) -> int:
+        """Evaluate ``tokens`` at ``first_position`` onwards in sequence 0.
+
+        Cells at and after ``first_position`` are removed first (stale ones from an
+        earlier rejected draft). Returns llama_decode's code: 0 is success, 2 means the
+        abort hook (cancel) stopped it.
+        """
+        if not 0 < len(tokens) <= self.capacity:
+            raise ValueError(f"a draft batch holds 1 to {self.capacity} tokens, not {len(tokens)}")
+        truncate_cache(ctx, first_position)
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = first_position + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        return llama_low.llama_decode(ctx, batch)
+
+    def close(self) -> None:
+        """Free the native batch."""
+        if self._batch is not None:
+            llama_low.llama_batch_free(self._batch)
+            self._batch = None
+
+    def __enter__(self) -> "DraftBatch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def truncate_cache(ctx, keep: int) -> None:
+    """Remove the KV cells of sequence 0 from position ``keep`` on.
+
+    Done at once (not left to the next ``Llama.eval``) so that a saved session, which
+    copies every cell of sequence 0, never holds a rejected draft.
+    """
+    memory = llama_low.llama_get_memory(ctx)
+    llama_low.llama_memory_seq_rm(memory, 0, keep, -1)
+
