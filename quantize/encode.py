@@ -42,8 +42,18 @@ def tensor_bytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     return rows * row_bytes(shape[-1], qtype)
 
 
-def _f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    # Same rounding as ggml_compute_fp32_to_bf16: NaN kept quiet, otherwise round to nearest even.
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) → float32 values (exact: bf16 is float32's top half)."""
+    widened = bits.astype(np.uint32)
+    widened <<= np.uint32(16)  # in place: one buffer for the widen and the shift
+    return widened.view(np.float32)
+
+
+def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 → bfloat16 bit patterns (uint16), rounded as ggml_compute_fp32_to_bf16 does.
+
+    Round to nearest even; NaN stays a (quiet) NaN instead of rounding into infinity.
+    """
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     rounded = ((bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)).astype(np.uint16)
     nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
@@ -68,7 +78,7 @@ def encode_rows(values: np.ndarray, qtype: GGMLQuantizationType,
     if qtype == GGMLQuantizationType.F16:
         return values.astype(np.float16).view(np.uint8).reshape(rows, -1)
     if qtype == GGMLQuantizationType.BF16:
-        return _f32_to_bf16_bits(values).view(np.uint8).reshape(rows, -1)
+        return f32_to_bf16_bits(values).view(np.uint8).reshape(rows, -1)
     encoder = ENCODERS.get(qtype)
     if encoder is None:
         # Lazy: the block quantizers register themselves when their package is imported.

@@ -14,17 +14,13 @@ from gguf import GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from quantize.gguf_layout import TensorLayout, read_gguf_layout
+from quantize.encode import bf16_bits_to_f32
 from quantize.source import MetadataEntry, SourceTensor
 
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 
 # Keys the reader synthesizes or the writer sets itself.
 _SKIPPED_KEYS = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
-
-
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) → float32 values (exact)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 class GGUFSource:

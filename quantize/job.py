@@ -24,10 +24,10 @@ from gguf import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
-from quantize.encode import ENCODERS, encode_rows, row_bytes
+from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_bf16_bits, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
 from quantize.gguf_output import write_ggufs
-from quantize.gguf_source import GGUFSource, bf16_bits_to_f32
+from quantize.gguf_source import GGUFSource
 from quantize.imatrix import ImportanceMatrix, load_imatrix
 from quantize.plan import PlanOptions, QuantPlan, plan_quantization
 from quantize.source import SourceTensor, TensorSource
@@ -111,8 +111,7 @@ class _RoundedSource:
             values = original()
             if stored == T.F16:
                 return values.astype(np.float16).astype(np.float32)
-            bits = encode_rows(values.reshape(-1, shape[-1]), T.BF16).view(np.uint16)
-            return bf16_bits_to_f32(bits).reshape(shape)
+            return bf16_bits_to_f32(f32_to_bf16_bits(values)).reshape(shape)
 
         return dataclasses.replace(t, stored_type=stored, load=load)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core.errors import QuantDeskError
+from quantize.encode import bf16_bits_to_f32
 
 #: Largest JSON header we accept. Real headers are a few hundred KB even for 1000-tensor
 #: shards; the safetensors library itself refuses more than 100 MB.
@@ -148,10 +149,7 @@ class SafetensorsFile:
             return np.zeros(record.shape, dtype=np.float32)
         raw = np.frombuffer(self._map, dtype=np_dtype, count=count, offset=record.begin)
         if record.dtype == "BF16":
-            # bfloat16 is the top half of a float32: widen, shift into place in one buffer.
-            widened = raw.astype(np.uint32)
-            widened <<= np.uint32(16)
-            values = widened.view(np.float32)
+            values = bf16_bits_to_f32(raw)  # bfloat16 is the top half of a float32
         else:
             values = raw.astype(np.float32)  # always a copy, so the mapping can be released
         del raw

@@ -23,14 +23,13 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from quantize.encode import f32_to_bf16_bits
+
 DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
-def to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 → bfloat16 bit patterns (uint16), rounding to nearest even like torch."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
+#: float32 → bfloat16 bits, rounded to nearest even (tests check it against torch).
+to_bf16_bits = f32_to_bf16_bits
 
 
 def encode(values: np.ndarray, dtype: str) -> bytes:
