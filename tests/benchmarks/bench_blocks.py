@@ -28,23 +28,14 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 from quantize.encode import encode_rows  # noqa: E402
 from quantize.reference_ggml import ggml_quantize  # noqa: E402
+from tests.benchmarks.timing import best_time  # noqa: E402
+
+# Both encoders run on this one thread, so CPU time is their run time without the waits
+# a busy machine adds.
+CPU_TIME = time.process_time
 
 TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 TARGET = {"Q8_0": 1.0, "Q4_0": 1.0, "Q4_1": 1.0, "Q5_0": 1.0, "Q5_1": 1.0}
-
-
-def best_time(fn, repeats: int) -> float:
-    """Best CPU time of ``repeats`` calls.
-
-    Both encoders run on this one thread, so process CPU time is their run time without
-    the waits a busy machine adds; the best of several is the least disturbed.
-    """
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        best = min(best, time.process_time() - start)
-    return best
 
 
 def main() -> None:
@@ -66,8 +57,8 @@ def main() -> None:
         for weights in (None, imatrix):
             ours_bytes = encode_rows(values, qtype, weights)
             same = np.array_equal(ours_bytes, ggml_quantize(values, qtype, weights))
-            ours = best_time(lambda: encode_rows(values, qtype, weights), args.repeats)
-            ggml = best_time(lambda: ggml_quantize(values, qtype, weights), args.repeats)
+            ours = best_time(lambda: encode_rows(values, qtype, weights), args.repeats, CPU_TIME)
+            ggml = best_time(lambda: ggml_quantize(values, qtype, weights), args.repeats, CPU_TIME)
             print(f"{name:6} {'yes' if weights is not None else 'no':8} {megabytes / ours:10.1f} "
                   f"{megabytes / ggml:10.1f} {ggml / ours:6.2f}x {TARGET.get(name, 2.0):6.1f}x  "
                   f"{'identical' if same else 'DIFFERENT'}", flush=True)

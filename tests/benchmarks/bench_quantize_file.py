@@ -102,22 +102,13 @@ def write_synthetic_f16(path: Path, layers: int) -> tuple[Path, int]:
     return path, max(int(np.prod(s)) for s in shapes.values())
 
 
-def best_of(repeats: int, fn) -> float:
-    """Least wall time of ``repeats`` calls: the run least disturbed by other processes."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> None:
     from quantize.ftypes import FILE_TYPES
     from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
     from tests.conftest import cached_models_dir, fetch_smollm2
     from tests.quantize.llama_quant_oracle import llama_quantize
     from tests.quantize.model_files import describe_differences, write_dequantized_f16
+    from tests.benchmarks.timing import best_time
 
     src = workdir / "SmolLM2-F16.gguf"
     if not src.exists():
@@ -129,9 +120,9 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     for name in types:
         ft = FILE_TYPES[name]
         ours, ref = workdir / f"ours-{name}.gguf", workdir / f"llama-{name}.gguf"
-        llama_s = best_of(repeats, lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads))
-        ours_s = best_of(repeats, lambda ft=ft, ours=ours: quantize_model(src, [QuantizeTarget(ft, ours)],
-                                                         QuantizeOptions(threads=threads)))
+        llama_s = best_time(lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads), repeats)
+        ours_s = best_time(lambda ft=ft, ours=ours: quantize_model(src, [QuantizeTarget(ft, ours)],
+                                                                  QuantizeOptions(threads=threads)), repeats)
         ours_total += ours_s
         same = describe_differences(ours, ref) is None
         print(f"{name:8s} {ours_s:8.2f} {llama_s:8.2f} {ours_s / llama_s:6.2f}  {'yes' if same else 'NO'}",
@@ -139,7 +130,7 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
         ref.unlink()
         ours.unlink()
     targets = [QuantizeTarget(FILE_TYPES[n], workdir / f"multi-{n}.gguf") for n in types]
-    multi = best_of(1, lambda: quantize_model(src, targets, QuantizeOptions(threads=threads)))
+    multi = best_time(lambda: quantize_model(src, targets, QuantizeOptions(threads=threads)), 1)
     for t in targets:
         t.path.unlink()
     print(f"all {len(types)} types in one job: {multi:.1f} s vs {ours_total:.1f} s as separate jobs "
