@@ -10,6 +10,7 @@ exception — and the next request starts a fresh process and reloads the last m
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -103,6 +104,26 @@ class ChatReply:
     def stop_reason(self) -> str:
         """Why the reply ended (``stop``, ``length``, ``cancelled``...), "" while running."""
         return self.stats.stop_reason if self.stats else ""
+
+    @property
+    def value(self) -> Any:
+        """A structured reply as a value: the parsed JSON (the grammar text for grammar
+        mode), once the engine has validated it.
+
+        Raises:
+            QuantDeskError: The reply is not finished, is plain text, or failed
+                validation (``stats.validation_error`` says how).
+        """
+        if self.stats is None:
+            raise QuantDeskError("The reply is not finished yet.", "Wait for it to end.")
+        if self.stats.valid is None:
+            raise QuantDeskError("This reply was plain text, not structured output.",
+                                 "Ask for JSON or a grammar in the chat options.")
+        if not self.stats.valid:
+            raise QuantDeskError(f"The reply is not valid structured output: "
+                                 f"{self.stats.validation_error}",
+                                 "Generate it again, perhaps with a larger token limit.")
+        return self.text if self._options.response_format == "grammar" else json.loads(self.text)
 
     def cancel(self) -> None:
         """Stop the reply (even before it starts); the text generated so far is kept."""

@@ -16,6 +16,7 @@ from app.core.errors import QuantDeskError
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
 SPECULATIVE_MODES = ("off", "prompt_lookup")
+RESPONSE_FORMATS = ("text", "json", "json_schema", "grammar")
 MAX_DRAFT_TOKENS = 64
 MAX_NGRAM_SIZE = 8
 
@@ -43,6 +44,17 @@ class ChatOptions:
             a batch slightly differently from one token, which can flip a near-tie.)
         draft_tokens: The most tokens guessed at once by prompt lookup. 1 … 64.
         ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
+        response_format: ``"text"`` (free), ``"json"`` (any JSON value), ``"json_schema"``
+            (JSON matching ``schema``) or ``"grammar"`` (a GBNF ``grammar``). Constrained
+            replies are generated under a llama.cpp grammar (``models.structured``) and
+            validated when they end; stop strings and repeat penalties do not apply.
+        schema: The JSON Schema for ``json_schema``.
+        grammar: The GBNF grammar text (rule ``root``) for ``grammar``.
+        allow_unsupported: Generate even though the schema uses features the grammar
+            cannot enforce (they are still checked when the reply ends); off, such a
+            schema is refused before generating, with the list of those features.
+        fast_forward: Append the text the grammar forces (keys, punctuation, the rest of
+            an enum value) without sampling it.
     """
 
     temperature: float = 0.7
@@ -58,6 +70,11 @@ class ChatOptions:
     speculative: str = "off"
     draft_tokens: int = 8
     ngram_size: int = 3
+    response_format: str = "text"
+    schema: Optional[Any] = None
+    grammar: str = ""
+    allow_unsupported: bool = False
+    fast_forward: bool = True
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""
@@ -93,6 +110,10 @@ class ChatStats:
     draft_tokens: int = 0  # tokens proposed by speculative decoding
     accepted_tokens: int = 0  # of those, tokens the model confirmed (kept in the reply)
     acceptance_rate: float = 0.0  # accepted / drafted (0 when nothing was drafted)
+    forced_tokens: int = 0  # structured output: tokens appended by fast-forward, unsampled
+    closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
+    valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)
+    validation_error: str = ""  # why it did not (a cancelled or cut-off reply, say)
 
     def to_dict(self) -> dict:
         """Plain values for the pipe."""
@@ -157,7 +178,45 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
     _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
              "Use 8; more helps only when replies copy long passages.")
     _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 3.")
+    output_constraint(options)
     return options
+
+
+def output_constraint(options: ChatOptions):
+    """The :class:`~models.structured.OutputConstraint` the options ask for, or ``None``.
+
+    Built (and so checked) in the client before a request leaves, and again in the
+    engine, which needs the grammar; both give the same result.
+
+    Raises:
+        QuantDeskError: An unknown format, a missing or malformed schema or grammar, a
+            schema using features the grammar cannot enforce (each named, with where it
+            is) unless ``allow_unsupported``, or a mode that cannot be combined with it.
+    """
+    if options.response_format not in RESPONSE_FORMATS:
+        raise QuantDeskError(f"The response format {options.response_format!r} is unknown.",
+                             f"Choose one of: {', '.join(RESPONSE_FORMATS)}.")
+    if options.response_format == "text":
+        return None
+    # Imported here: models.structured imports this module for ChatOptions.
+    from models.structured.constraint import (constraint_for_any_json, constraint_for_gbnf,
+                                              constraint_for_schema)
+
+    if options.speculative != "off":
+        raise QuantDeskError("Speculative decoding cannot be combined with structured output.",
+                             "Turn speculative decoding off for JSON or grammar replies; guided "
+                             "fast-forward speeds them up instead.")
+    if options.response_format == "json":
+        return constraint_for_any_json()
+    if options.response_format == "json_schema":
+        if options.schema is None:
+            raise QuantDeskError("JSON schema mode needs a schema.",
+                                 "Paste or open a JSON Schema, or choose plain JSON mode.")
+        return constraint_for_schema(options.schema, options.allow_unsupported)
+    if not isinstance(options.grammar, str) or not options.grammar.strip():
+        raise QuantDeskError("Grammar mode needs a grammar.",
+                             'Write a GBNF grammar with a root rule, e.g. root ::= "yes" | "no".')
+    return constraint_for_gbnf(options.grammar)
 
 
 def validate_messages(messages: Sequence[Any]) -> list[dict[str, str]]:

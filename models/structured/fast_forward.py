@@ -29,7 +29,7 @@ from __future__ import annotations
 import codecs
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from app.core.jobs import CancelToken
 from models.engine.options import ChatOptions
@@ -173,7 +173,21 @@ class ConstrainedGenerator:
                 takes ``options.max_tokens``.
             cancel: Stops generation at the next token when cancelled.
         """
+        self._decode_prompt(prompt)
+        yield from self.stream_after_prompt(
+            max_tokens, (lambda: cancel.cancelled) if cancel is not None else None)
+
+    def stream_after_prompt(self, max_tokens: Optional[int] = None,
+                            cancelled: Optional[Callable[[], bool]] = None) -> Iterator[str]:
+        """Like :meth:`stream`, for a prompt the caller has already evaluated.
+
+        The engine evaluates prompts itself (reusing its cache and saved sessions), then
+        hands over here: the logits of the prompt's last token must be the context's last.
+        ``cancelled`` is polled between tokens; when it is set, a decode llama.cpp aborts
+        (the engine's abort callback) ends the reply as ``cancelled`` instead of raising.
+        """
         llm, o = self.llm, self.options
+        cancelled = cancelled or (lambda: False)
         max_tokens = o.max_tokens if max_tokens is None else max_tokens
         seed = 0xFFFFFFFF if o.seed is None else o.seed  # LLAMA_DEFAULT_SEED: a random seed
         self.stats = stats = GenerationStats()
@@ -182,11 +196,10 @@ class ConstrainedGenerator:
         sampler = GrammarSampler(llm, self.gbnf, o.temperature, o.top_k, o.top_p, o.min_p, seed,
                                  self.check_first)
         try:
-            self._decode_prompt(prompt)
             started = time.perf_counter()
             pending: list[int] = []
             while True:
-                if cancel is not None and cancel.cancelled:
+                if cancelled():
                     stats.stop_reason = "cancelled"
                     break
                 if matcher is not None and matcher.must_end:
@@ -207,7 +220,13 @@ class ConstrainedGenerator:
                     yield self._append_unsampled(*forced, sampler, matcher, pending)
                     continue
                 if pending:
-                    llm.eval(pending)
+                    try:
+                        llm.eval(pending)
+                    except RuntimeError:
+                        if not cancelled():
+                            raise
+                        stats.stop_reason = "cancelled"  # llama.cpp dropped the batch
+                        break
                     pending = []
                 token = sampler.sample()
                 if sampler.is_end(token):

@@ -20,9 +20,8 @@ use them, so the parser refuses them with a sentence.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 from app.core.errors import QuantDeskError
 
@@ -348,6 +347,7 @@ class GrammarMatcher:
             for alt in alts:
                 self._rule_alts[name].append(len(self._alts))
                 self._alts.append(alt)
+        self._shortest: Optional[dict[str, Optional[str]]] = None
         self.stacks: frozenset[Stack] = self._expand_all(
             [((alt, 0),) for alt in self._rule_alts[grammar.root]])
 
@@ -433,26 +433,59 @@ class GrammarMatcher:
             stacks = self._advance(stacks, code)
         return "".join(out)
 
-    def shortest_completion(self, max_states: int = 20000) -> Optional[str]:
-        """The shortest text that completes the grammar from here (``None``: not found).
+    def _shortest_texts(self) -> dict[str, Optional[str]]:
+        """The shortest text of each rule (``None``: the rule never ends), computed once.
 
-        A breadth-first search over matcher states, one representative character per
-        ready stack, so string contents close at once and numbers get one digit. Used to
-        close a reply properly when the token budget runs out.
+        A fixed point: a rule's shortest text is the shortest over its alternatives of
+        the concatenation of their elements' shortest texts (a character set gives its
+        representative character), repeated until nothing gets shorter.
+        """
+        if self._shortest is None:
+            best: dict[str, Optional[str]] = {name: None for name in self._rule_alts}
+            changed = True
+            while changed:
+                changed = False
+                for name, alts in self._rule_alts.items():
+                    for alt in alts:
+                        text = self._concat_shortest(self._alts[alt], best)
+                        if text is not None and (best[name] is None or len(text) < len(best[name])):
+                            best[name], changed = text, True
+            self._shortest = best
+        return self._shortest
+
+    @staticmethod
+    def _concat_shortest(elements: Sequence[Element], best: dict[str, Optional[str]]) -> Optional[str]:
+        parts = []
+        for element in elements:
+            part = chr(element.representative()) if isinstance(element, CharSet) else best[element]
+            if part is None:
+                return None
+            parts.append(part)
+        return "".join(parts)
+
+    def shortest_completion(self) -> Optional[str]:
+        """The shortest text that completes the grammar from here (``None``: none exists).
+
+        For each ready stack, the completion is the rest of every frame from the top down
+        (the top frame from its character set on, the frames below from after the rule
+        they are expanding), each element at its shortest; the shortest over the stacks
+        wins. String contents close at once and numbers get one digit. Used to close a
+        reply properly when the token budget runs out; linear in the stacks' size, so it
+        stays cheap in deeply nested JSON.
         """
         if () in self.stacks:
             return ""
-        queue, seen = deque([(self.stacks, "")]), {self.stacks}
-        while queue:
-            stacks, text = queue.popleft()
-            codes = {self._alts[alt][pos].representative() for alt, pos in (s[-1] for s in stacks)}
-            for code in sorted(codes):
-                moved = self._advance(stacks, code)
-                if () in moved:
-                    return text + chr(code)
-                if moved and moved not in seen:
-                    if len(seen) >= max_states:
-                        return None
-                    seen.add(moved)
-                    queue.append((moved, text + chr(code)))
-        return None
+        best = self._shortest_texts()
+        found: Optional[str] = None
+        for stack in self.stacks:
+            parts = []
+            for depth, (alt, pos) in enumerate(reversed(stack)):
+                rest = self._concat_shortest(self._alts[alt][pos if depth == 0 else pos + 1:], best)
+                if rest is None:
+                    break
+                parts.append(rest)
+            else:
+                text = "".join(parts)
+                if found is None or (len(text), text) < (len(found), found):
+                    found = text
+        return found

@@ -28,17 +28,20 @@ RAW_GREEDY = r"""
 import json, sys
 import llama_cpp
 llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=1024, n_threads=2, verbose=False)
+grammar = llama_cpp.LlamaGrammar.from_string(sys.argv[4], verbose=False) if len(sys.argv) > 4 else None
 out = llm.create_chat_completion(messages=json.loads(sys.argv[2]), max_tokens=int(sys.argv[3]),
-                                 temperature=0.0)
+                                 temperature=0.0, grammar=grammar)
 print(json.dumps({"text": out["choices"][0]["message"]["content"],
                   "completion_tokens": out["usage"]["completion_tokens"],
                   "prompt_tokens": out["usage"]["prompt_tokens"]}))
 """
 
 
-def raw_greedy_reply(model, messages, max_tokens) -> dict:
-    """llama-cpp-python's greedy chat reply (text and token counts), in a separate process."""
+def raw_greedy_reply(model, messages, max_tokens, grammar=None) -> dict:
+    """llama-cpp-python's greedy chat reply (text and token counts), in a separate process;
+    with ``grammar`` (GBNF text), constrained by llama-cpp-python's own grammar support."""
+    extra = [grammar] if grammar is not None else []
     result = subprocess.run([sys.executable, "-c", RAW_GREEDY, str(model), json.dumps(messages),
-                             str(max_tokens)], capture_output=True, text=True, timeout=300)
+                             str(max_tokens), *extra], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
