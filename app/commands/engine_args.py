@@ -33,6 +33,8 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                        help="quantized V cache needs --flash-attn")
     group.add_argument("--no-mmap", action="store_true", help="read the file instead of mapping it")
     group.add_argument("--mlock", action="store_true", help="lock the weights in RAM")
+    group.add_argument("--draft-model", type=Path, default=None,
+                       help="a small GGUF of the same family, for --speculative draft_model")
 
 
 def load_settings_from_args(args: argparse.Namespace):
@@ -48,4 +50,5 @@ def load_settings_from_args(args: argparse.Namespace):
         micro_batch_size=args.micro_batch_size, flash_attention=args.flash_attn,
         kv_cache_type_k=args.cache_type_k, kv_cache_type_v=args.cache_type_v,
         use_mmap=not args.no_mmap, use_mlock=args.mlock,
+        draft_model=str(args.draft_model) if args.draft_model is not None else None,
     )

@@ -66,6 +66,8 @@ class LoadReport:
         """A line for the user."""
         fallback_note = " (safe CPU kernels: this computer crashed with the fast ones)" \
             if not self.use_extra_bufts else ""
+        if self.settings.draft_model:
+            fallback_note += f"; draft model {Path(self.settings.draft_model).name}"
         return (f"{self.model.name}: {self.offload.summary()}; context {self.context_length}; "
                 f"chat template: {self.template}; backends {', '.join(self.backends)}{fallback_note}")
 
@@ -330,6 +332,12 @@ class EngineClient:
         options = options or ChatOptions()
         context = self.last_load.context_length if self.last_load else None
         validate_options(options, context)
+        if options.speculative == "draft_model" and \
+                not (self._loaded is not None and self._loaded[1].draft_model):
+            raise QuantDeskError("Draft-model speculative decoding needs a draft model, and "
+                                 "none is loaded with this model.",
+                                 "Load the model again with a draft model, or choose prompt "
+                                 "lookup or no speculative decoding.")
         return ChatReply(self, clean, options,
                          None if conversation_id is None else str(conversation_id))
 

@@ -15,7 +15,7 @@ from app.core.errors import QuantDeskError
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16
-SPECULATIVE_MODES = ("off", "prompt_lookup")
+SPECULATIVE_MODES = ("off", "prompt_lookup", "draft_model")
 RESPONSE_FORMATS = ("text", "json", "json_schema", "grammar")
 MAX_DRAFT_TOKENS = 64
 MAX_NGRAM_SIZE = 8
@@ -37,12 +37,14 @@ class ChatOptions:
         max_tokens: Most tokens in the reply.
         stop: Strings that end the reply when generated (not included in it).
         ignore_eos: Keep generating past the end-of-turn token (benchmarks only).
-        speculative: ``"off"``, or ``"prompt_lookup"`` to guess the next tokens from
+        speculative: ``"off"``; ``"prompt_lookup"`` to guess the next tokens from
             earlier text of the conversation and check them in one batch
-            (``prompt_lookup.py``); the reply is the same, only faster when it copies.
+            (``prompt_lookup.py``), faster when the reply copies; ``"draft_model"`` to
+            have the draft model loaded with the model guess them (``draft_model.py``).
+            Either way the reply is the same as without.
             (Token for token with flash attention on; llama.cpp's plain attention rounds
             a batch slightly differently from one token, which can flip a near-tie.)
-        draft_tokens: The most tokens guessed at once by prompt lookup. 1 … 64.
+        draft_tokens: The most tokens guessed at once. 1 … 64.
         ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
         response_format: ``"text"`` (free), ``"json"`` (any JSON value), ``"json_schema"``
             (JSON matching ``schema``) or ``"grammar"`` (a GBNF ``grammar``). Constrained
@@ -110,6 +112,7 @@ class ChatStats:
     draft_tokens: int = 0  # tokens proposed by speculative decoding
     accepted_tokens: int = 0  # of those, tokens the model confirmed (kept in the reply)
     acceptance_rate: float = 0.0  # accepted / drafted (0 when nothing was drafted)
+    draft_seconds: float = 0.0  # time the draft model spent guessing (draft_model mode)
     forced_tokens: int = 0  # structured output: tokens appended by fast-forward, unsampled
     closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
     valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)

@@ -17,8 +17,9 @@ that it controls three things:
   :class:`~models.structured.ConstrainedGenerator` (check-first sampling, guided
   fast-forward) and validated when it ends (``ChatStats.valid``).
 - **Speculative decoding.** With ``speculative="prompt_lookup"`` the tokens after each
-  picked one are guessed from the conversation (``prompt_lookup``) and checked in one
-  batch; the reply is the same, the cache and ``input_ids`` hold the same tokens as with
+  picked one are guessed from the conversation (``prompt_lookup``), with
+  ``"draft_model"`` by the small model loaded beside this one (``draft_model``); either
+  guess is checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same tokens as with
   plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
 
 ``use_extra_bufts`` is a field of llama.cpp's model params, but ``Llama()`` in
@@ -43,6 +44,7 @@ import numpy as np
 
 from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
+from models.engine.draft_model import DraftModel
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
@@ -108,6 +110,13 @@ class LoadedModel:
                     use_mlock=settings.use_mlock,
                     verbose=False,
                 )
+                self.draft: Optional[DraftModel] = None
+                if settings.draft_model:
+                    try:
+                        self.draft = DraftModel(settings.draft_model, self.llm, settings)
+                    except QuantDeskError:
+                        self.llm.close()
+                        raise
         except (ValueError, RuntimeError) as exc:
             reason = log_capture.first_error(mark) or str(exc)
             raise QuantDeskError(
@@ -167,6 +176,10 @@ class LoadedModel:
         with Sampler(ChatOptions(temperature=0.0), self.llm.n_vocab()) as sampler:
             sampler.sample(self.llm.ctx)
         self.llm.n_tokens = 0  # the next eval drops these cells from the KV cache
+        if self.draft is not None:
+            self.draft.llm.n_tokens = 0
+            self.draft.llm.eval(tokens)
+            self.draft.llm.n_tokens = 0
 
     def render(self, messages: list[dict]) -> str:
         """The prompt text for ``messages``, ending with the assistant's turn opening."""
@@ -301,7 +314,7 @@ class LoadedModel:
         # Tokens picked but not yet handled, oldest first. Only the last of them can be
         # missing from the KV cache: the others are confirmed draft tokens, already there.
         picked: deque[int] = deque()
-        lookup = options.speculative == "prompt_lookup"
+        lookup = options.speculative != "off"
         with Sampler(options, self.llm.n_vocab()) as sampler, \
                 contextlib.ExitStack() as cleanup:
             drafts = cleanup.enter_context(DraftBatch(min(options.draft_tokens + 1, self.n_batch))) \
@@ -346,7 +359,7 @@ class LoadedModel:
                 room = min(drafts.capacity - 1, self.n_ctx - position - 2,
                            options.max_tokens - stats.completion_tokens)
                 history = np.append(self.llm.input_ids[:position], token)
-                draft = find_draft(history, options.ngram_size, room)
+                draft = self._propose(options, history, room, cancelled, stats)
                 if not self._verify(drafts, token, draft, position, sampler, picked, stats,
                                     cancelled):
                     stats.stop_reason = "cancelled"
@@ -403,6 +416,19 @@ class LoadedModel:
             stats.valid, stats.validation_error = False, exc.what
         return stats
 
+    def _propose(self, options: ChatOptions, history: np.ndarray, room: int,
+                 cancelled: Callable[[], bool], stats: ChatStats) -> list[int]:
+        """The guess to verify after ``history``: from the conversation or the draft model."""
+        if options.speculative == "prompt_lookup":
+            return find_draft(history, options.ngram_size, room)
+        if self.draft is None:
+            raise QuantDeskError("No draft model is loaded with this model.",
+                                 "Load the model again with a draft model.")
+        started = time.perf_counter()
+        draft = self.draft.propose(history, room, cancelled)
+        stats.draft_seconds += time.perf_counter() - started
+        return draft
+
     def _verify(self, drafts: DraftBatch, token: int, draft: list[int], position: int,
                 sampler: Sampler, picked: deque, stats: ChatStats,
                 cancelled: Callable[[], bool]) -> bool:
@@ -443,6 +469,8 @@ class LoadedModel:
 
     def close(self) -> None:
         """Free the model and its context now rather than at garbage collection."""
+        if self.draft is not None:
+            self.draft.close()
         self.llm.close()
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Optional, Sequence
 
 from app.core.errors import QuantDeskError
-from models.engine.gguf_info import GGUFModelInfo
+from models.engine.gguf_info import GGUFModelInfo, read_model_info
 
 # ggml_type values (ggml.h) of the KV-cache types we offer, and their block sizes.
 KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8, "q4_0": 2}
@@ -60,6 +60,9 @@ class LoadSettings:
         use_mlock: Lock the weights in RAM so the OS cannot swap them out.
         use_extra_bufts: Let llama.cpp repack weights for special CPU kernels (AMX...).
             The engine turns it off by itself when the first decode crashes with it.
+        draft_model: A small GGUF with the same tokenizer, loaded beside the model for
+            speculative decoding (``ChatOptions.speculative="draft_model"``); ``None``
+            for none. It shares the context length, threads and batch sizes.
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -75,6 +78,7 @@ class LoadSettings:
     use_mmap: bool = True
     use_mlock: bool = False
     use_extra_bufts: bool = True
+    draft_model: Optional[str] = None
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""
@@ -173,8 +177,15 @@ def validate_settings(
         if not isinstance(getattr(settings, name), bool):
             raise QuantDeskError(f"The setting {name} must be on or off, not "
                                  f"{getattr(settings, name)!r}.", "Choose on or off.")
+    draft = settings.draft_model
+    if draft is not None:
+        if not isinstance(draft, (str, os.PathLike)) or not os.path.isfile(draft):
+            raise QuantDeskError(f"The draft model {draft} is not a file.",
+                                 "Choose a GGUF file of a small model of the same family, or none.")
+        read_model_info(draft)  # a file that is not a GGUF model is refused with a sentence
+        draft = os.path.abspath(draft)
     return replace(settings, gpu_layers=gpu_layers, main_gpu=main_gpu, threads=threads,
-                   batch_threads=batch_threads, context_length=context)
+                   batch_threads=batch_threads, context_length=context, draft_model=draft)
 
 
 def gpu_device_count(devices: Optional[Sequence] = None) -> int:

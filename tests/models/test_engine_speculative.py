@@ -105,7 +105,8 @@ def test_follow_up_reuses_the_cache_and_the_saved_session(smollm2_engine):
 
 
 @pytest.mark.parametrize("options, words", [
-    (ChatOptions(speculative="draft_model"), "speculative decoding mode"),
+    (ChatOptions(speculative="medusa"), "speculative decoding mode"),
+    (ChatOptions(speculative="draft_model"), "needs a draft model"),
     (ChatOptions(speculative="prompt_lookup", draft_tokens=0), "draft tokens"),
     (ChatOptions(speculative="prompt_lookup", draft_tokens=65), "draft tokens"),
     (ChatOptions(speculative="prompt_lookup", ngram_size=9), "n-gram size"),

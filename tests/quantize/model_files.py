@@ -25,8 +25,9 @@ from quantize.encode import encode_rows
 _SYNTHESIZED = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
 
 
-def write_dequantized_f16(src: Path, dst: Path) -> Path:
-    """``src`` (any type gguf-py can dequantize) → ``dst`` with 2-D+ tensors in F16, 1-D in F32."""
+def write_dequantized_f16(src: Path, dst: Path, matrix_type: str = "f16") -> Path:
+    """``src`` (any type gguf-py can dequantize) → ``dst`` with 2-D+ tensors in F16 (or F32
+    with ``matrix_type="f32"``), 1-D in F32."""
     reader = GGUFReader(src)
     arch = str(reader.get_field("general.architecture").contents())
     tmp = dst.with_suffix(".part")
@@ -34,13 +35,16 @@ def write_dequantized_f16(src: Path, dst: Path) -> Path:
     for field in reader.fields.values():
         if field.name in _SYNTHESIZED:
             continue
-        value = 1 if field.name == "general.file_type" else field.contents()  # LLAMA_FTYPE_MOSTLY_F16
+        value = field.contents()
+        if field.name == "general.file_type":
+            value = 1 if matrix_type == "f16" else 0  # LLAMA_FTYPE_MOSTLY_F16 / ALL_F32
         sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, value, field.types[0], sub)
     for t in reader.tensors:
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         values = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-        writer.add_tensor(t.name, values.astype(np.float16) if len(shape) > 1 else values)
+        wide = values.astype(np.float16) if matrix_type == "f16" else values
+        writer.add_tensor(t.name, wide if len(shape) > 1 else values)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
