@@ -8,14 +8,16 @@ A rescan re-reads only files whose size or mtime changed, so a folder of hundred
 models lists at once.
 
 Imported models stay where the user keeps them (a 30 GB file is not copied); the index
-remembers their path. Removing deletes files only inside the models folder; an imported
-model is only forgotten.
+remembers their path. The converter and quantizer record what they write
+(:meth:`Library.record_output`), wherever the user asked for it. Removing deletes files
+only inside the models folder; a model elsewhere is only forgotten.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +34,8 @@ from gguf import LlamaFileType
 from app.core.errors import QuantDeskError
 from app.core.paths import app_paths
 from models.gguf_header import read_gguf_header
+
+log = logging.getLogger(__name__)
 
 DB_NAME = ".library.sqlite3"
 SOURCES = ("downloaded", "converted", "quantized", "imported")
@@ -206,8 +210,10 @@ class Library:
         with self._db() as db:
             known = {row[0]: row[1:] for row in db.execute("SELECT path, size, mtime_ns, source FROM models")}
         for path_str, (_, _, source) in known.items():
-            if source == "imported":
-                found.setdefault(Path(path_str), "imported")
+            if not Path(path_str).is_relative_to(self.models_dir):
+                # Added from elsewhere (imported, or written there by the converter or
+                # quantizer): kept while it exists, whatever its source.
+                found.setdefault(Path(path_str), source)
         added = updated = unchanged = removed = 0
         rows: list[dict] = []
         for path, source in found.items():
@@ -287,6 +293,19 @@ class Library:
             raise QuantDeskError(f"{path.name} could not be read as a model: {model.error}")
         return model
 
+    def record_output(self, path: Path, source: str) -> Optional[LibraryModel]:
+        """Index a model QuantDesk just wrote (``converted`` or ``quantized``), wherever it is.
+
+        The file is complete and valid when this is called, so a failure to index it
+        (a locked database, say) is logged and ``None`` returned rather than failing the
+        job: the next scan or an import finds it again.
+        """
+        try:
+            return self.add(path, source)
+        except (QuantDeskError, OSError, sqlite3.Error) as exc:
+            log.warning("could not add %s to the library: %s", path, exc)
+            return None
+
     def import_path(self, path: Path) -> LibraryModel:
         """Add a model the user points at (drag and drop); it stays where it is."""
         path = Path(path).expanduser().resolve()
@@ -298,16 +317,15 @@ class Library:
     def remove(self, path: Path) -> list[Path]:
         """Drop a model from the index; delete its files if they are in the models folder.
 
-        Returns the files deleted (none for an imported model, which is only forgotten).
+        Returns the files deleted: none for a model outside the models folder (imported,
+        or converted/quantized to a folder the user chose), which is only forgotten.
         """
         model = self.get(path)
         if model is None:
             raise QuantDeskError(f"{path} is not in the library.", "Run `quantdesk list` to see its models.")
         deleted = []
-        if model.source != "imported":
-            target = Path(model.path)
-            if not target.is_relative_to(self.models_dir):
-                raise QuantDeskError(f"{target} is outside the models folder; QuantDesk will not delete it.")
+        target = Path(model.path)
+        if target.is_relative_to(self.models_dir):
             if target.is_dir():
                 shutil.rmtree(target)
                 deleted.append(target)

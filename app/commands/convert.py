@@ -14,6 +14,9 @@ def run(args: argparse.Namespace) -> int:
     out = run_job(lambda report, cancel: convert(
         Path(args.model_dir), args.output, args.outtype, report, cancel,
         pre_tokenizer=args.pre_tokenizer))
+    from models.library import Library
+
+    Library().record_output(out, "converted")
     print(out)
     return 0
 

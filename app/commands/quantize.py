@@ -77,8 +77,12 @@ def run(args: argparse.Namespace) -> int:
         result = run_job(lambda report, cancel: quantize_model(source, targets, options, report, cancel))
     finally:
         getattr(source, "close", lambda: None)()
+    from models.library import Library
+
+    library = Library()
     for path in result.outputs:
         print(f"Wrote {path} ({format_size(path.stat().st_size)})")
+        library.record_output(path, "quantized")
     return 0
 
 

@@ -110,6 +110,16 @@ def test_import_refuses_what_is_not_a_model(tmp_path):
     assert lib.models() == []
 
 
+def test_outputs_written_elsewhere_are_kept_and_only_forgotten(tmp_path):
+    lib = Library()
+    path = write_gguf(tmp_path / "mine-Q8_0.gguf")
+    assert lib.record_output(path, "quantized").source == "quantized"
+    assert lib.scan().removed == 0 and lib.get(path).source == "quantized"
+    assert lib.remove(path) == [] and path.exists() and lib.get(path) is None
+    # A failure to index is logged, not raised: the job that wrote the file succeeded.
+    assert lib.record_output(tmp_path / "gone.gguf", "quantized") is None
+
+
 def test_imported_file_that_disappears_leaves_the_library(tmp_path):
     lib = Library()
     path = write_gguf(tmp_path / "outside-Q8_0.gguf")

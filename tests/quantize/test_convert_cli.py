@@ -9,6 +9,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 
 from app.core.jobs import Progress
+from models.library import Library
 from quantize.convert import convert
 from tests.conftest import REPO_ROOT
 from tests.factory.checkpoints import write_tiny_checkpoint
@@ -32,6 +33,10 @@ def test_cli_converts_a_folder(tmp_path):
     explicit = tmp_path / "elsewhere" / "model.gguf"
     assert _cli(str(ck.path), "-o", str(explicit)).returncode == 0
     assert GGUFReader(explicit).get_field("general.file_type").contents() == 1  # f16 by default
+    # Both outputs are in the library as converted models, where the user put them.
+    library = Library()
+    assert [library.get(p).source for p in (out, explicit)] == ["converted", "converted"]
+    assert library.get(explicit).quant == "F16" and library.get(out).quant == "BF16"
 
 
 def test_cli_error_is_one_sentence_without_traceback(tmp_path):

@@ -21,6 +21,7 @@ from gguf import GGMLQuantizationType as T
 from app.cli import main
 from app.core.errors import Cancelled, QuantDeskError
 from app.core.jobs import CancelToken
+from models.library import Library
 from quantize.ftypes import FILE_TYPES
 from quantize.gguf_source import GGUFSource
 from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
@@ -185,6 +186,8 @@ def test_cli_prints_the_plan_then_writes_files_of_that_size(tiny_models, tmp_pat
         path = tmp_path / "out" / f"untied-odd-widths-{name}.gguf"
         assert path.exists() and str(path) in out
         assert tensor_types(path)["output.weight"] == T.Q8_0
+        recorded = Library().get(path)  # the library knows what was written, and how
+        assert recorded.source == "quantized" and recorded.quant == name
     line = next(ln for ln in planned.splitlines() if ln.strip().startswith("Q8_0:"))
     assert line.split(": ")[1].split(" (")[0] in out  # the size shown before equals the size written
     assert main(["quantize", str(src), "--type", "Q4_K_XL"]) == 1
