@@ -13,7 +13,9 @@ newest tokens are evaluated again, usually one or two), then decodes greedily an
 early when the draft is unsure of its next token (its probability under
 :data:`MIN_DRAFT_PROBABILITY`): an unlikely guess costs a draft step and is rarely kept.
 
-The draft must see every token of the conversation, so it pays off only when a draft step
+The draft's cache is not part of a saved session: after a conversation is restored, the
+draft reads it once, at the first guess. The draft must see every token of the
+conversation, so it pays off only when a draft step
 costs well under a step of the model: a 135M draft for a 1.7B model (about 10x), not a Q4
 copy of a 135M model for its F16 (0.8x: slower than plain decoding, measured).
 

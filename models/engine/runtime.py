@@ -18,9 +18,9 @@ that it controls three things:
   fast-forward) and validated when it ends (``ChatStats.valid``).
 - **Speculative decoding.** With ``speculative="prompt_lookup"`` the tokens after each
   picked one are guessed from the conversation (``prompt_lookup``), with
-  ``"draft_model"`` by the small model loaded beside this one (``draft_model``); either
-  guess is checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same tokens as with
-  plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
+  ``"draft_model"`` by the small model loaded beside this one (``draft_model``), and
+  checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same
+  tokens as with plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
 
 ``use_extra_bufts`` is a field of llama.cpp's model params, but ``Llama()`` in
 llama-cpp-python 0.3.36 has no argument for it (an unknown keyword is silently ignored),
@@ -314,11 +314,11 @@ class LoadedModel:
         # Tokens picked but not yet handled, oldest first. Only the last of them can be
         # missing from the KV cache: the others are confirmed draft tokens, already there.
         picked: deque[int] = deque()
-        lookup = options.speculative != "off"
+        speculative = options.speculative != "off"
         with Sampler(options, self.llm.n_vocab()) as sampler, \
                 contextlib.ExitStack() as cleanup:
             drafts = cleanup.enter_context(DraftBatch(min(options.draft_tokens + 1, self.n_batch))) \
-                if lookup else None
+                if speculative else None
             stats.seed = sampler.seed
             picked.append(sampler.sample(self.llm.ctx))
             while True:
