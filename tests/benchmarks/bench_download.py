@@ -12,7 +12,7 @@ random bytes with sendfile. Both clients fetch that file to disk over 127.0.0.1:
   socket reads), progress callbacks, rename on success.
 
 Target: ours ≥ 95 % of plain. Runs of the two are interleaved so both see the same page
-cache and CPU load; the best and the median of ``--repeats`` runs are printed. On a
+cache and CPU load, each starting with no dirty pages (``os.sync()`` between runs); the best and the median of ``--repeats`` runs are printed. On a
 machine busy with other work the median swings; the best is the steadier figure.
 
 CPU time is counted too (this process, all threads, and the server process, user +
@@ -91,28 +91,37 @@ def main() -> int:
                     for chunk in response.iter_bytes():
                         out.write(chunk)
 
+            target = local_target(Path(os.environ["QUANTDESK_HOME"]) / "models", remote.repo_id, remote.path)
+
             def ours() -> None:
-                target = local_target(Path(os.environ["QUANTDESK_HOME"]) / "models", remote.repo_id, remote.path)
-                target.unlink(missing_ok=True)
                 fetch_file(remote, target, None, on_bytes=lambda n: None)
 
             times: dict[str, list[float]] = {"plain": [], "ours": []}
             cpu: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
             for _ in range(args.repeats):
                 for name, fn in (("plain", plain), ("ours", ours)):
+                    # The previous run's file goes before the clock starts: freeing its
+                    # pages is not part of a download (and the first run had none to free).
+                    (tmp / "plain.bin" if name == "plain" else target).unlink(missing_ok=True)
                     client_cpu, server_cpu = own_cpu_seconds(), process_cpu_seconds(server.pid)
                     start = time.perf_counter()
                     fn()
                     times[name].append(time.perf_counter() - start)
                     cpu[name].append((own_cpu_seconds() - client_cpu,
                                       process_cpu_seconds(server.pid) - server_cpu))
-            assert (tmp / "plain.bin").stat().st_size == size
+                    # Write the dirty pages back between runs, untimed: otherwise writeback
+                    # of earlier runs lands on whichever run happens to cross the kernel's
+                    # threshold (plain's runs swung 550-860 MiB/s that way).
+                    os.sync()
+            assert (tmp / "plain.bin").stat().st_size == size == target.stat().st_size
         finally:
             server.terminate()
             server.wait()
     rate = {name: (size / min(t) / 2**20, size / statistics.median(t) / 2**20) for name, t in times.items()}
     ratio = rate["ours"][0] / rate["plain"][0]
     print(f"file: {args.mb} MiB over 127.0.0.1, {args.repeats} runs each, MiB/s best / median")
+    for name, t in times.items():
+        print(f"  {name} runs (MiB/s): " + " ".join(f"{size / s / 2**20:.0f}" for s in t))
     print(f"plain httpx2 client : {rate['plain'][0]:8.1f} / {rate['plain'][1]:8.1f}")
     print(f"QuantDesk fetch_file: {rate['ours'][0]:8.1f} / {rate['ours'][1]:8.1f}  (sha256-verified, resumable)")
     print(f"ratio ours / plain  : {ratio:.3f} best, {rate['ours'][1] / rate['plain'][1]:.3f} median  "

@@ -96,6 +96,7 @@ class Faults:
     drop_after: dict[str, int] = field(default_factory=dict)  # bytes sent, then the socket closes
     drop_times: dict[str, int] = field(default_factory=dict)  # how many GETs are dropped (default 1)
     corrupt: set[str] = field(default_factory=set)  # serve the right length, wrong bytes
+    extra_bytes: dict[str, int] = field(default_factory=dict)  # a longer body than listed
     rate_limited: dict[str, int] = field(default_factory=dict)  # answer 429 this many times
     retry_after: int = 1
     throttle_bytes_per_s: Optional[int] = None  # slow every file body to this rate
@@ -307,7 +308,7 @@ class HubHandler(BaseHTTPRequestHandler):
             faults.rate_limited[name] -= 1
             return self._error(429, "RateLimited", "Too many requests",
                                {"Retry-After": str(faults.retry_after)})
-        size, start, status = f.size, 0, 200
+        size, start, status = f.size + faults.extra_bytes.get(name, 0), 0, 200
         if (rng := self.headers.get("Range")) and (m := re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())):
             start = int(m[1])
             if start >= size:
@@ -326,7 +327,7 @@ class HubHandler(BaseHTTPRequestHandler):
             faults.drop_times[name] = faults.drop_times.get(name, 1) - 1
             drop_at = faults.drop_after[name]
         if drop_at is None and name not in faults.corrupt and not faults.throttle_bytes_per_s \
-                and isinstance(f.content, Path):
+                and name not in faults.extra_bytes and isinstance(f.content, Path):
             with open(f.content, "rb") as src:  # the fast path: the kernel copies file → socket
                 self.wfile.flush()
                 offset, left = start, size - start
@@ -336,7 +337,7 @@ class HubHandler(BaseHTTPRequestHandler):
                         break
                     offset, left = offset + sent, left - sent
             return
-        data = f.read()[start:]
+        data = (f.read() + b"\0" * faults.extra_bytes.get(name, 0))[start:]
         if name in faults.corrupt:
             data = bytes(b ^ 0x5A for b in data[:64]) + data[64:]
         if drop_at is not None:

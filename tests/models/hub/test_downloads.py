@@ -82,6 +82,15 @@ def test_wrong_bytes_are_detected_and_not_kept(hub):
     assert not target.exists() and not part_path(target).exists() and not sidecar_path(target).exists()
 
 
+def test_a_body_longer_than_the_listed_file_is_refused_and_not_kept(hub):
+    hub.state.faults.extra_bytes["tiny-Q4_K_M.gguf"] = 1000
+    with pytest.raises(QuantDeskError, match="more bytes than the file has"):
+        download_plan(plan_pull("acme/tiny-GGUF:Q4_K_M"), policy=FAST)
+    target = local_target(models_dir(), "acme/tiny-GGUF", "tiny-Q4_K_M.gguf")
+    assert not target.exists() and not part_path(target).exists()
+    assert len(file_gets(hub, "tiny-Q4_K_M.gguf")) == FAST.max_failures + 1  # retried, then gave up
+
+
 def test_gated_repo_needs_a_token_401_then_403_then_works(hub, monkeypatch):
     plan = plan_pull("meta/gated-GGUF:Q4_0")  # metadata of gated repos is public, as on the Hub
     with pytest.raises(QuantDeskError, match=r"HTTP 401.*no Hugging Face token.*HF_TOKEN"):
