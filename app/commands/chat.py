@@ -26,7 +26,8 @@ def _stats_line(reply) -> str:
     note = {"cancelled": ", stopped", "length": ", hit max tokens",
             "context_full": ", context full"}.get(s.stop_reason, "")
     if s.draft_tokens:
-        note += f", {s.accepted_tokens}/{s.draft_tokens} drafted tokens accepted"
+        note += (f", {s.accepted_tokens}/{s.draft_tokens} drafted tokens accepted, "
+                 f"{s.tokens_per_pass:.2f} tokens per pass")
     if s.valid is not None:
         note += f", {s.forced_tokens} forced"
         note += ", valid" if s.valid else f"; NOT VALID: {s.validation_error}"

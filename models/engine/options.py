@@ -113,10 +113,19 @@ class ChatStats:
     accepted_tokens: int = 0  # of those, tokens the model confirmed (kept in the reply)
     acceptance_rate: float = 0.0  # accepted / drafted (0 when nothing was drafted)
     draft_seconds: float = 0.0  # time the draft model spent guessing (draft_model mode)
+    # Forward passes of the model after the prompt: about one per reply token in plain
+    # decoding, fewer when speculation or fast-forward settle several tokens per pass.
+    decode_passes: int = 0
     forced_tokens: int = 0  # structured output: tokens appended by fast-forward, unsampled
     closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
     valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)
     validation_error: str = ""  # why it did not (a cancelled or cut-off reply, say)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Reply tokens per forward pass: the per-reply speed-up of speculative decoding
+        and fast-forward over plain decoding (about 1.0), in model work."""
+        return self.completion_tokens / self.decode_passes if self.decode_passes else 0.0
 
     def to_dict(self) -> dict:
         """Plain values for the pipe."""

@@ -351,6 +351,7 @@ class LoadedModel:
                     stats.stop_reason = "cancelled"
                     break
                 if drafts is None:
+                    stats.decode_passes += 1
                     if not self._evaluate([token], cancelled):
                         stats.stop_reason = "cancelled"
                         break
@@ -403,6 +404,7 @@ class LoadedModel:
         g = generator.stats
         stats.completion_tokens = g.tokens
         stats.forced_tokens = g.forced_tokens
+        stats.decode_passes = g.passes
         stats.closed_at_budget = g.closed_at_budget
         stats.stop_reason = {"complete": "stop", "eog": "stop", "cancelled": "cancelled",
                              "max_tokens": "length" if options.max_tokens <= room
@@ -441,6 +443,7 @@ class LoadedModel:
         and ``input_ids`` hold exactly the handled tokens. False when cancel aborted it.
         """
         batch = [token] + draft
+        stats.decode_passes += 1
         code = drafts.decode(self.llm.ctx, batch, position)
         if code != 0:
             # Like a failed Llama.eval: llama.cpp dropped the unfinished batch's cells.

@@ -57,6 +57,8 @@ class GenerationStats:
             grammar (the unconstrained choice was not allowed, or check-first is off).
         closed_at_budget: The reply was completed with the grammar's shortest ending
             because ``max_tokens`` was nearly spent (the model had not finished).
+        passes: Forward passes of the model after the prompt (a forced run and the
+            sampled token before it are evaluated in one).
     """
 
     sampled_tokens: int = 0
@@ -65,6 +67,7 @@ class GenerationStats:
     seconds: float = 0.0
     full_masks: int = 0
     closed_at_budget: bool = False
+    passes: int = 0
 
     @property
     def tokens(self) -> int:
@@ -220,6 +223,7 @@ class ConstrainedGenerator:
                     yield self._append_unsampled(*forced, sampler, matcher, pending)
                     continue
                 if pending:
+                    stats.passes += 1
                     try:
                         llm.eval(pending)
                     except RuntimeError:

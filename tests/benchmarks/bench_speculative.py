@@ -80,7 +80,7 @@ def compare(client, label: str, fast, plain, prompts: list[str], max_tokens: int
             texts.append(text)
         mismatches += texts[0] != texts[1]
     print(f"{'mode':<14} {'decode tok/s':>12} {'reply s':>8} {'tokens':>7} {'drafted':>8} "
-          f"{'accepted':>9} {'acceptance':>11} {'draft s':>8}")
+          f"{'accepted':>9} {'acceptance':>11} {'draft s':>8} {'tok/pass':>9}")
     medians = {}
     for name, rows in results.items():
         decode = statistics.median(s.decode_tokens_per_second for s, _ in rows)
@@ -89,10 +89,11 @@ def compare(client, label: str, fast, plain, prompts: list[str], max_tokens: int
         accepted = sum(s.accepted_tokens for s, _ in rows)
         tokens = statistics.median(s.completion_tokens for s, _ in rows)
         draft_s = statistics.median(s.draft_seconds for s, _ in rows)
+        per_pass = sum(s.completion_tokens for s, _ in rows) / max(sum(s.decode_passes for s, _ in rows), 1)
         rate = f"{accepted / drafted:.1%}" if drafted else "-"
         medians[name] = (decode, seconds)
         print(f"{name:<14} {decode:>12.1f} {seconds:>8.2f} {tokens:>7.0f} {drafted:>8} "
-              f"{accepted:>9} {rate:>11} {draft_s:>8.2f}")
+              f"{accepted:>9} {rate:>11} {draft_s:>8.2f} {per_pass:>9.2f}")
     (plain_decode, plain_s), (fast_decode, fast_s) = medians["plain"], medians[label]
     print(f"{label} / plain: decode tok/s x{fast_decode / plain_decode:.2f}, "
           f"reply time x{fast_s / plain_s:.2f}")

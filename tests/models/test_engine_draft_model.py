@@ -54,6 +54,7 @@ def test_greedy_reply_is_unchanged_and_guesses_are_kept(drafted_engine, smollm2_
     assert s.draft_tokens > 0 and s.accepted_tokens > 0.5 * s.draft_tokens
     assert s.acceptance_rate == pytest.approx(s.accepted_tokens / s.draft_tokens)
     assert 0 < s.draft_seconds < s.decode_seconds + s.prefill_seconds
+    assert s.tokens_per_pass > 1.5 * plain.stats.tokens_per_pass
     kv = drafted_engine.stats()["kv_cache_tokens"]
     assert kv == s.prompt_tokens + s.completion_tokens - (1 if s.stop_reason == "length" else 0)
 

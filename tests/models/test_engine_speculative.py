@@ -72,6 +72,9 @@ def test_greedy_reply_is_unchanged_and_drafts_are_accepted(smollm2_engine):
     assert s.draft_tokens > 0 and 0 < s.accepted_tokens <= s.draft_tokens
     assert s.acceptance_rate == pytest.approx(s.accepted_tokens / s.draft_tokens)
     assert s.decode_tokens_per_second > 0
+    # Plain decoding runs the model once per token; lookup settles several per pass.
+    assert 0.9 < plain.stats.tokens_per_pass <= 1.05
+    assert s.tokens_per_pass > 1.1 and s.decode_passes < plain.stats.decode_passes
     # The cache holds what plain decoding leaves: every reply token but a cut-off last one.
     kv = smollm2_engine.stats()["kv_cache_tokens"]
     assert kv == s.prompt_tokens + s.completion_tokens - (1 if s.stop_reason == "length" else 0)

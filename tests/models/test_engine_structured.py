@@ -46,6 +46,7 @@ def test_schema_reply_is_valid_and_sampled_replies_equal_llama_cpp_python(smollm
     fast = smollm2_engine.chat(ASK, schema_options()).wait()
     assert fast.stats.valid is True and validation_errors(fast.value, PERSON) == []
     assert fast.stats.forced_tokens > 0
+    assert fast.stats.tokens_per_pass > plain.stats.tokens_per_pass
 
 
 def test_any_json_and_grammar_modes(smollm2_engine):
