@@ -1,4 +1,4 @@
-"""``quantdesk rm PATH``: remove a model (imported models are only forgotten, not deleted)."""
+"""``quantdesk rm PATH``: remove a model (models outside the models folder are only forgotten, not deleted)."""
 
 from __future__ import annotations
 
