@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Optional
 
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
 from app.core.errors import QuantDeskError
@@ -63,9 +64,10 @@ def output_options(args: argparse.Namespace) -> dict:
     return dict(response_format="json" if args.json else "text")
 
 
-def stream_reply(client, messages: list[dict], options, out=sys.stdout):
+def stream_reply(client, messages: list[dict], options, out=sys.stdout,
+                 conversation_id: Optional[str] = None):
     """Print one reply as it streams; Ctrl+C (SIGINT) cancels it. Returns the reply."""
-    reply = client.chat(messages, options)
+    reply = client.chat(messages, options, conversation_id=conversation_id)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, lambda signum, frame: client.cancel())
@@ -81,7 +83,52 @@ def stream_reply(client, messages: list[dict], options, out=sys.stdout):
     return reply
 
 
+class _SavedChat:
+    """The conversation being typed, saved turn by turn in the conversation store.
+
+    Stored at its first reply (a session with no reply leaves nothing behind), under the
+    id its replies already used as the engine's KV-session id, so ``--resume`` reopens it
+    without reading it again.
+    """
+
+    def __init__(self, store, model: str, system: Optional[str], resume: Optional[str]) -> None:
+        from app.core.conversations import new_conversation_id
+
+        self.store, self.model, self._new_id = store, model, new_conversation_id
+        self.start = [{"role": "system", "content": system}] if system else []
+        self.stored = False
+        self.id: Optional[str] = new_conversation_id() if store is not None else None
+        self.history = list(self.start)
+        if resume is not None and store is not None:
+            conversation = store.get(resume)
+            self.id, self.history, self.stored = conversation.id, conversation.messages, True
+            turns = sum(1 for m in self.history if m["role"] == "user")
+            print(f"(reopened \"{conversation.title}\": {turns} messages from you)", file=sys.stderr)
+            last = next((m for m in reversed(self.history) if m["role"] == "assistant"), None)
+            if last is not None:
+                print(last["content"])
+
+    def record(self, user: dict, reply) -> None:
+        """Store a finished turn (a stopped reply keeps what it had)."""
+        self.history += [user, {"role": "assistant", "content": reply.text}]
+        if self.store is None:
+            return
+        new = []
+        if not self.stored:
+            self.store.create(model=self.model, conversation_id=self.id)
+            self.stored, new = True, list(self.start)
+            print(f"(saved as conversation {self.id[:8]}; reopen it with --resume {self.id[:8]})",
+                  file=sys.stderr)
+        self.store.add_messages(self.id, new + [user, {"role": "assistant", "content": reply.text,
+                                                       "stats": reply.stats.to_dict()}])
+
+    def reset(self) -> None:
+        self.history, self.stored = list(self.start), False
+        self.id = self._new_id() if self.store is not None else None
+
+
 def run(args: argparse.Namespace) -> int:
+    from app.core.conversations import ConversationStore
     from models.engine import ChatOptions, EngineClient, EngineCrashed
     from models.engine.options import validate_options
 
@@ -91,13 +138,16 @@ def run(args: argparse.Namespace) -> int:
                           max_tokens=args.max_tokens, speculative=args.speculative,
                           fast_forward=not args.no_fast_forward, **output_options(args))
     validate_options(options)  # a schema the grammar cannot enforce is refused before loading
-    start = [{"role": "system", "content": args.system}] if args.system else []
+    if args.no_save and args.resume:
+        raise QuantDeskError("--resume and --no-save cannot be used together.",
+                             "Leave out --no-save to continue a saved conversation.")
+    chat = _SavedChat(None if args.no_save else ConversationStore(), str(args.model),
+                      args.system, args.resume)
     with EngineClient() as client:
         print(f"Loading {args.model} ...", file=sys.stderr, flush=True)
         report = client.load(args.model, settings)
         print(report.summary(), file=sys.stderr)
         print(HELP, file=sys.stderr, flush=True)
-        history = list(start)
         while True:
             try:
                 line = input("> ")
@@ -110,21 +160,16 @@ def run(args: argparse.Namespace) -> int:
             if text in ("/exit", "/quit"):
                 break
             if text == "/reset":
-                history = list(start)
+                chat.reset()
                 print("(new conversation)", file=sys.stderr)
                 continue
-            history.append({"role": "user", "content": text})
+            user = {"role": "user", "content": text}
             try:
-                reply = stream_reply(client, history, options)
-            except EngineCrashed as exc:
+                reply = stream_reply(client, chat.history + [user], options, conversation_id=chat.id)
+            except QuantDeskError as exc:  # EngineCrashed too: the message can be sent again
                 print(exc.user_message, file=sys.stderr)
-                history.pop()  # the message is sent again, to a new engine, by the user
                 continue
-            except QuantDeskError as exc:
-                print(exc.user_message, file=sys.stderr)
-                history.pop()
-                continue
-            history.append({"role": "assistant", "content": reply.text})
+            chat.record(user, reply)
             print(_stats_line(reply), file=sys.stderr, flush=True)
     return 0
 
@@ -134,6 +179,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_load_arguments(parser)
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--system", default=None, help="a system message to start with")
+    saving = parser.add_argument_group("saved conversations")
+    saving.add_argument("--resume", metavar="ID", default=None,
+                        help="continue a saved conversation (its id or first characters, "
+                             "from `quantdesk chats`); its saved state makes it instant")
+    saving.add_argument("--no-save", action="store_true", help="do not save this conversation")
     sampling.add_argument("--temperature", type=float, default=0.7)
     sampling.add_argument("--top-p", type=float, default=0.95)
     sampling.add_argument("--top-k", type=int, default=40)

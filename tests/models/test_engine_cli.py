@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import sqlite3
 import signal
 import subprocess
 import sys
@@ -83,3 +85,45 @@ def test_bench_reports_speeds_and_the_bandwidth_fraction(smollm2_gguf):
     assert limit == pytest.approx(bandwidth * 1000 / per_token_mb, rel=0.01)
     fraction = result.stdout.split("Generation reaches ")[1].split("%")[0]
     assert int(fraction) == round(100 * decode / limit)
+
+
+def test_chats_are_saved_reopened_from_their_kv_state_and_deleted(smollm2_gguf):
+    from app.core.conversations import ConversationStore
+    from models.engine.sessions import SessionStore
+
+    chat = cli("chat", str(smollm2_gguf), *FAST, "--temperature", "0", "--max-tokens", "24")
+    first = subprocess.run(chat, input="Name a fruit.\nName another one.\n/exit\n",
+                           capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    short_id = first.stderr.split("saved as conversation ")[1].split(";")[0]
+    listed = subprocess.run(cli("chats"), capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert short_id in listed.stdout and "4 msgs  Name a fruit." in listed.stdout
+    conversation = ConversationStore().get(short_id)
+    assert [m["content"] for m in conversation.messages if m["role"] == "user"] == \
+        ["Name a fruit.", "Name another one."]
+    state = SessionStore.default().path_for(conversation.id)
+    assert state.exists()  # the engine saved the KV cache after the last reply
+
+    # A new process, a new engine: the conversation comes back from its saved state.
+    resumed = subprocess.run(chat + ["--resume", short_id], input="And a third?\n/exit\n",
+                             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert 'reopened "Name a fruit.": 2 messages from you' in resumed.stderr
+    assert conversation.messages[-1]["content"] in resumed.stdout  # the last reply is shown
+    stats = [line for line in resumed.stderr.splitlines() if line.startswith("[")]
+    cached = int(stats[0].split(" new + ")[1].split()[0])
+    with sqlite3.connect(ConversationStore().path) as db:  # turn 2's stats, as stored with it
+        last = json.loads(db.execute("SELECT stats FROM messages WHERE role = 'assistant' "
+                                     "ORDER BY seq DESC LIMIT 1 OFFSET 1").fetchone()[0])
+    # The whole history was restored from the saved state, not read again.
+    assert cached >= last["prompt_tokens"] + last["completion_tokens"] - 1, stats[0]
+    assert len(ConversationStore().get(short_id).messages) == 6
+
+    removed = subprocess.run(cli("chats", "rm", short_id), capture_output=True, text=True,
+                             timeout=60, cwd=REPO_ROOT)
+    assert removed.returncode == 0 and "Deleted conversation" in removed.stdout
+    assert not state.exists() and ConversationStore().list() == []
+    missing = subprocess.run(cli("chats", "show", short_id), capture_output=True, text=True,
+                             timeout=60, cwd=REPO_ROOT)
+    assert missing.returncode != 0 and "no saved conversation" in missing.stderr
+    assert "Traceback" not in missing.stderr
