@@ -129,7 +129,7 @@ class _SavedChat:
 
 def run(args: argparse.Namespace) -> int:
     from app.core.conversations import ConversationStore
-    from models.engine import ChatOptions, EngineClient, EngineCrashed
+    from models.engine import ChatOptions, EngineClient
     from models.engine.options import validate_options
 
     settings = load_settings_from_args(args)
@@ -169,8 +169,11 @@ def run(args: argparse.Namespace) -> int:
             except QuantDeskError as exc:  # EngineCrashed too: the message can be sent again
                 print(exc.user_message, file=sys.stderr)
                 continue
-            chat.record(user, reply)
             print(_stats_line(reply), file=sys.stderr, flush=True)
+            try:
+                chat.record(user, reply)
+            except QuantDeskError as exc:  # the turn stays in this session's memory
+                print(f"This turn was not saved: {exc.user_message}", file=sys.stderr)
     return 0
 
 
