@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFWriter
+from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
 
 from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check
 from quantize.encode import tensor_bytes
+from quantize.gguf_encoding import header_bytes, padded
 from quantize.source import MetadataEntry, SourceTensor
 
 
@@ -89,6 +90,18 @@ class GGUFOutput:
     alignment: int = GGUF_DEFAULT_ALIGNMENT
 
 
+def _tensor_infos(planned: Sequence[PlannedTensor]) -> list[tuple[str, tuple[int, ...], int, int]]:
+    return [(p.tensor.name, p.tensor.shape, p.qtype, p.nbytes) for p in planned]
+
+
+def planned_file_size(arch: str, metadata: Sequence[MetadataEntry], planned: Sequence[PlannedTensor],
+                      alignment: int = GGUF_DEFAULT_ALIGNMENT) -> int:
+    """The exact size of the file :func:`write_ggufs` writes: its header (the very bytes
+    it will write) and each tensor's data padded to the alignment."""
+    header = header_bytes(arch, metadata, _tensor_infos(planned), alignment)
+    return len(header) + sum(padded(p.nbytes, alignment) for p in planned)
+
+
 #: ``encode(tensor_index, values_f32) -> one uint8 array per output, in output order``
 MultiEncoder = Callable[[int, np.ndarray], Sequence[np.ndarray]]
 
@@ -98,6 +111,7 @@ def write_ggufs(
     tensors: Sequence[SourceTensor],
     encode: MultiEncoder,
     cancel: Optional[CancelToken] = None,
+    load: Callable[[SourceTensor], np.ndarray] = lambda tensor: tensor.load(),
 ) -> list[Path]:
     """Write several GGUF files from one pass over ``tensors``, each loaded once.
 
@@ -106,35 +120,28 @@ def write_ggufs(
     returns its bytes for every output. The cancel token is checked before each tensor;
     on cancel or error every temporary file is removed and no target is touched.
     Progress is the caller's to report (from ``encode``), because only the caller knows
-    what a unit of work costs.
+    what a unit of work costs. ``load`` gives ``encode`` its values (float32 by default;
+    the quantizer takes them as stored and widens them chunk by chunk).
     """
     for out in outputs:
         if [p.tensor.name for p in out.planned] != [t.name for t in tensors]:
             raise ValueError(f"{out.target}: planned tensors differ from the tensor stream")
     with contextlib.ExitStack() as stack:
-        writers = []
+        files = []
         for out in outputs:
             tmp = stack.enter_context(atomic_output(out.target))
-            writer = GGUFWriter(tmp, out.arch)
-            writer.data_alignment = out.alignment
-            stack.callback(writer.close)
-            for entry in out.metadata:
-                writer.add_key_value(entry.key, entry.value, entry.type, entry.sub_type)
-            for p in out.planned:
-                byte_shape = (*p.tensor.shape[:-1], p.nbytes // max(1, p.tensor.n_rows))
-                writer.add_tensor_info(p.tensor.name, byte_shape, np.dtype(np.uint8), p.nbytes, p.qtype)
-            writer.write_header_to_file(tmp)
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            writers.append(writer)
+            fh = stack.enter_context(open(tmp, "wb"))
+            fh.write(header_bytes(out.arch, out.metadata, _tensor_infos(out.planned), out.alignment))
+            files.append(fh)
         for i, tensor in enumerate(tensors):
             check(cancel)
-            encoded = encode(i, tensor.load())
-            for out, writer, data in zip(outputs, writers, encoded):
+            encoded = encode(i, load(tensor))
+            for out, fh, data in zip(outputs, files, encoded):
                 planned = out.planned[i]
                 if data.nbytes != planned.nbytes:
                     raise RuntimeError(f"{tensor.name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
-                writer.write_tensor_data(np.ascontiguousarray(data).view(np.uint8).reshape(-1))
-        for writer in writers:
-            writer.close()  # flush before the renames that leaving the stack performs
+                np.ascontiguousarray(data).view(np.uint8).reshape(-1).tofile(fh)
+                fh.write(bytes(padded(data.nbytes, out.alignment) - data.nbytes))
+        for fh in files:
+            fh.close()  # flush before the renames that leaving the stack performs
     return [out.target for out in outputs]

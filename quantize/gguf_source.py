@@ -52,20 +52,24 @@ class GGUFSource:
         return [e for e in self._layout.metadata if e.key not in _SKIPPED_KEYS]
 
     def tensors(self) -> list[SourceTensor]:
-        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t)) for t in self._layout.tensors]
+        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t, widen=True),
+                             self._loader(t, widen=False)) for t in self._layout.tensors]
 
-    def _loader(self, t: TensorLayout):
+    def _loader(self, t: TensorLayout, widen: bool):
+        stored = {GGMLQuantizationType.BF16: np.uint16, GGMLQuantizationType.F16: np.float16}.get(
+            t.qtype, np.float32)
+
         def load() -> np.ndarray:
             data = np.frombuffer(self._map, dtype=np.uint8, count=t.nbytes, offset=t.offset)
-            if t.qtype == GGMLQuantizationType.BF16:
+            if widen and stored is np.uint16:
                 values = bf16_bits_to_f32(data.view(np.uint16))
-            elif t.qtype == GGMLQuantizationType.F16:
+            elif widen and stored is np.float16:
                 values = data.view(np.float16).astype(np.float32)
             else:
-                values = np.array(data.view(np.float32))  # a copy: nothing may point into the map
+                values = np.array(data.view(stored))  # a copy: nothing may point into the map
             del data
             self._release(t.offset, t.nbytes)
-            return np.ascontiguousarray(values.reshape(t.shape), dtype=np.float32)
+            return values.reshape(t.shape)
 
         return load
 

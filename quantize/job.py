@@ -30,7 +30,7 @@ from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
 from quantize.imatrix import ImportanceMatrix, load_imatrix
 from quantize.plan import PlanOptions, QuantPlan, plan_quantization
-from quantize.source import SourceTensor, TensorSource
+from quantize.source import SourceTensor, TensorSource, stored_to_f32
 from quantize.type_rules import TypeOverrides, ggml_ne
 
 # Rows of one thread-pool task: at least llama.cpp's minimum chunk (32*512 values), and
@@ -113,7 +113,7 @@ class _RoundedSource:
                 return values.astype(np.float16).astype(np.float32)
             return bf16_bits_to_f32(f32_to_bf16_bits(values)).reshape(shape)
 
-        return dataclasses.replace(t, stored_type=stored, load=load)
+        return dataclasses.replace(t, stored_type=stored, load=load, load_stored=None)
 
 
 def open_source(path: Union[Path, str]) -> TensorSource:
@@ -220,7 +220,7 @@ class _TensorEncoder:
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
         check(self.cancel)
-        out[start:stop] = encode_rows(rows[start:stop], qtype, weights)
+        out[start:stop] = encode_rows(stored_to_f32(rows[start:stop]), qtype, weights)
 
 
 def _register_encoders() -> None:
@@ -295,7 +295,8 @@ def quantize_model(
         outputs = [plan.gguf_output(Path(t.path)) for plan, t in zip(plans, targets)]
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
             encoder = _TensorEncoder(plans, imatrix, pool, threads, cancel, progress)
-            paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel)
+            paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel,
+                                load=lambda t: t.load_stored() if t.load_stored else t.load())
     finally:
         if source is not input:
             getattr(source, "close", lambda: None)()

@@ -19,6 +19,7 @@ data padded to the alignment.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -29,19 +30,13 @@ from gguf import GGMLQuantizationType as T
 from app.core.errors import QuantDeskError
 from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
-from quantize.gguf_output import GGUFOutput, PlannedTensor
+from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size
 from quantize.imatrix import ImportanceMatrix
 from quantize.source import MetadataEntry, SourceTensor, TensorSource
 from quantize.type_rules import ModelHParams, TensorTypeChooser, TypeOverrides, layer_index
 
 _DROPPED_KEYS = {"general.quantization_version", "general.file_type",
                  "split.no", "split.count", "split.tensors.count"}
-_SCALAR_SIZES = {
-    GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.BOOL: 1,
-    GGUFValueType.UINT16: 2, GGUFValueType.INT16: 2,
-    GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4,
-    GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8,
-}
 
 
 @dataclass(frozen=True)
@@ -85,10 +80,10 @@ class QuantPlan:
     def n_parameters(self) -> int:
         return sum(p.tensor.n_elements for p in self.tensors)
 
-    @property
+    @functools.cached_property
     def file_size(self) -> int:
         """The exact size in bytes of the file this plan writes."""
-        return gguf_file_size(self.arch, self.metadata, self.tensors, self.alignment)
+        return planned_file_size(self.arch, self.metadata, self.tensors, self.alignment)
 
     @property
     def bits_per_weight(self) -> float:
@@ -230,43 +225,3 @@ def plan_quantization(source: TensorSource, file_type: FileType,
     out_meta = output_metadata(metadata, file_type, options)
     return QuantPlan(file_type, source.arch, out_meta, tuple(planned), _alignment(out_meta),
                      tuple(chooser.fallbacks), tuple(needs_imatrix))
-
-
-def _string_size(text) -> int:
-    return 8 + len(text.encode("utf-8") if isinstance(text, str) else bytes(text))
-
-
-def _value_size(value, vtype: GGUFValueType, sub_type: Optional[GGUFValueType]) -> int:
-    if vtype in _SCALAR_SIZES:
-        return _SCALAR_SIZES[vtype]
-    if vtype == GGUFValueType.STRING:
-        return _string_size(value)
-    if vtype == GGUFValueType.ARRAY:
-        if sub_type == GGUFValueType.STRING:
-            return 4 + 8 + sum(_string_size(v) for v in value)
-        if sub_type in _SCALAR_SIZES:
-            return 4 + 8 + _SCALAR_SIZES[sub_type] * len(value)
-    raise ValueError(f"cannot size a GGUF value of type {vtype.name}/{sub_type}")
-
-
-def _pad(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
-def gguf_file_size(arch: str, metadata: Sequence[MetadataEntry],
-                   tensors: Sequence[PlannedTensor], alignment: int = GGUF_DEFAULT_ALIGNMENT) -> int:
-    """Exact size of the GGUF file :func:`quantize.gguf_output.write_ggufs` writes.
-
-    Layout: magic, version, tensor count, key/value count (24 bytes); each key/value
-    (key string, u32 type, value); each tensor info (name string, u32 n_dims, u64 per
-    dimension, u32 type, u64 offset); zero padding to ``alignment``; then every tensor's
-    data followed by padding to ``alignment``. Strings are a u64 length and UTF-8 bytes.
-    """
-    size = 4 + 4 + 8 + 8
-    size += _string_size("general.architecture") + 4 + _string_size(arch)
-    for e in metadata:
-        size += _string_size(e.key) + 4 + _value_size(e.value, e.type, e.sub_type)
-    for p in tensors:
-        size += _string_size(p.tensor.name) + 4 + 8 * len(p.tensor.shape) + 4 + 8
-    size = _pad(size, alignment)
-    return size + sum(_pad(tensor_bytes(p.tensor.shape, p.qtype), alignment) for p in tensors)

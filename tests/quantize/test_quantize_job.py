@@ -110,12 +110,15 @@ class CountingSource:
         import dataclasses
 
         def wrap(t):
-            def load():
-                self.loads.append(t.name)
-                if self.fail_at is not None and len(self.loads) == self.fail_at:
-                    raise QuantDeskError(f"{t.name} could not be read.")
-                return t.load()
-            return dataclasses.replace(t, load=load)
+            def counted(load):
+                def counting_load():
+                    self.loads.append(t.name)
+                    if self.fail_at is not None and len(self.loads) == self.fail_at:
+                        raise QuantDeskError(f"{t.name} could not be read.")
+                    return load()
+                return counting_load
+            # Either way of loading counts (the job takes the values as stored).
+            return dataclasses.replace(t, load=counted(t.load), load_stored=counted(t.load_stored))
         return [wrap(t) for t in self._inner.tensors()]
 
 
