@@ -41,6 +41,9 @@ _MAX_CHUNK_VALUES = 1 << 22
 # Integers, so that the units done add up exactly to the total.
 _COST = {T.F32: 1, T.F16: 2, T.BF16: 2}
 _QUANTIZED_COST = 50
+# What SourceTensor.load_stored's dtypes hold: a tensor whose type does not change is
+# copied as stored, as llama_model_quantize copies it (no float32 round trip).
+_STORED_AS = {np.dtype(np.float16): T.F16, np.dtype(np.uint16): T.BF16, np.dtype(np.float32): T.F32}
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,11 @@ class _TensorEncoder:
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
         check(self.cancel)
-        out[start:stop] = encode_rows(stored_to_f32(rows[start:stop]), qtype, weights)
+        chunk = rows[start:stop]
+        if _STORED_AS.get(chunk.dtype) == qtype:  # unchanged type: the bytes as they are
+            out[start:stop] = chunk.view(np.uint8).reshape(stop - start, -1)
+        else:
+            out[start:stop] = encode_rows(stored_to_f32(chunk), qtype, weights)
 
 
 def _register_encoders() -> None:
