@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, GGUFValueType
 
+from quantize.gguf_layout import EncodedStrings
 from quantize.source import MetadataEntry
 
 _SCALAR_DTYPES = {
@@ -47,6 +48,8 @@ def _string(value: Any) -> bytes:
 
 
 def _string_array(values: Sequence[Any]) -> bytes:
+    if isinstance(values, EncodedStrings):
+        return values.raw  # as read from a GGUF: already in this form
     encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
     lengths = np.fromiter(map(len, encoded), dtype="<u8", count=len(encoded)).tobytes()
     parts: list[bytes] = [b""] * (2 * len(encoded))

@@ -5,7 +5,9 @@ a 49k-token vocabulary and 49k merges that is ~250k views, 3 s on an idle machin
 before a quantize job can start (llama.cpp parses the same header in milliseconds).
 This reader walks the header with ``struct`` over a memory map and keeps values as
 plain Python objects, exactly as ``GGUFReader``'s ``contents()`` returns them, so they
-can be written again unchanged. Tensor data is not read; the table gives each tensor's
+can be written again unchanged. Arrays of strings (the vocabulary, the merges) stay as
+read, in an :class:`EncodedStrings` that decodes on first use: a quantize job copies them
+to its output byte for byte and never needs them as text. Tensor data is not read; the table gives each tensor's
 absolute offset for a memory-mapped view.
 
 Layout (little-endian)::
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,51 @@ _SCALAR_FORMATS = {
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }
 _NUMPY_TYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
+
+
+class EncodedStrings(Sequence):
+    """A GGUF array of strings kept as stored: ``count`` items of u64 length + bytes.
+
+    A read-only sequence equal to the list ``GGUFReader`` gives (``str`` items, ``bytes``
+    for one that is not UTF-8), decoded the first time an item is asked for;
+    :attr:`raw` is what :mod:`quantize.gguf_encoding` writes back.
+    """
+
+    __slots__ = ("raw", "count", "_items")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, raw: bytes, count: int) -> None:
+        self.raw, self.count, self._items = raw, count, None
+
+    def _decoded(self) -> list:
+        if self._items is None:
+            items, pos, raw = [], 0, self.raw
+            for _ in range(self.count):
+                (length,) = struct.unpack_from("<Q", raw, pos)
+                item = raw[pos + 8: pos + 8 + length]
+                pos += 8 + length
+                try:
+                    items.append(item.decode("utf-8"))
+                except UnicodeDecodeError:
+                    items.append(item)
+            self._items = items
+        return self._items
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        return self._decoded()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EncodedStrings):
+            return self.raw == other.raw
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return self._decoded() == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"EncodedStrings({self.count} strings, {len(self.raw)} bytes)"
 
 
 @dataclass(frozen=True)
@@ -87,6 +135,18 @@ class _Cursor:
         except UnicodeDecodeError:
             return raw  # kept as bytes, so that writing it again gives the same bytes
 
+    def strings(self, count: int) -> EncodedStrings:
+        """``count`` strings, walked by their lengths only (decoding waits until used)."""
+        start, pos, end, unpack = self.pos, self.pos, len(self.buf), struct.unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                raise self.fail("it ends inside its header")
+            pos += 8 + unpack("<Q", self.buf, pos)[0]
+        if pos > end:
+            raise self.fail("it ends inside its header")
+        self.pos = pos
+        return EncodedStrings(self.buf[start:pos], count)  # a copy: no view outlives the map
+
     def value(self, vtype: GGUFValueType, sub_type_out: list):
         if vtype in _SCALAR_FORMATS:
             return self.unpack(_SCALAR_FORMATS[vtype], _NUMPY_TYPES[vtype].itemsize)
@@ -104,7 +164,7 @@ class _Cursor:
                 self.pos += size
                 return values
             if item == GGUFValueType.STRING:
-                return [self.string() for _ in range(count)]
+                return self.strings(count)
             raise self.fail("it holds nested arrays")
         raise self.fail(f"unknown value type {int(vtype)}")
 

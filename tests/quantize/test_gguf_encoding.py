@@ -62,3 +62,23 @@ def test_refuses_what_gguf_cannot_hold():
         value_bytes([], V.ARRAY, V.INT32)
     with pytest.raises(ValueError, match="not supported"):
         value_bytes([[1]], V.ARRAY, V.ARRAY)
+
+
+def test_string_arrays_read_lazily_equal_the_written_list_and_write_back_unchanged(tmp_path):
+    from quantize.gguf_layout import EncodedStrings, read_gguf_layout
+
+    tokens = ["<s>", "▁the", "", "日本", b"\x80not utf-8", "x" * 300]
+    writer = GGUFWriter(tmp_path / "v.gguf", "llama")
+    writer.add_key_value("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING)
+    writer.add_key_value("general.name", "v", V.STRING)
+    writer.write_header_to_file(tmp_path / "v.gguf")
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    entry = next(e for e in read_gguf_layout(tmp_path / "v.gguf").metadata if e.key == "tokenizer.ggml.tokens")
+    assert isinstance(entry.value, EncodedStrings) and len(entry.value) == 6
+    # Equal to the list as gguf-py writes it (GGUFReader cannot decode the non-UTF-8 item;
+    # test_fast_header_reader_agrees_with_gguf_reader compares with it on SmolLM2).
+    assert entry.value == tokens and list(entry.value) == tokens
+    assert entry.value[4] == b"\x80not utf-8"
+    assert value_bytes(entry.value, V.ARRAY, V.STRING) == value_bytes(tokens, V.ARRAY, V.STRING)
