@@ -108,7 +108,7 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     from tests.conftest import cached_models_dir, fetch_smollm2
     from tests.quantize.llama_quant_oracle import llama_quantize
     from tests.quantize.model_files import describe_differences, write_dequantized_f16
-    from tests.benchmarks.timing import best_time
+    from tests.benchmarks.timing import best_time, fresh_disk
 
     src = workdir / "SmolLM2-F16.gguf"
     if not src.exists():
@@ -120,9 +120,11 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     for name in types:
         ft = FILE_TYPES[name]
         ours, ref = workdir / f"ours-{name}.gguf", workdir / f"llama-{name}.gguf"
-        llama_s = best_time(lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads), repeats)
+        llama_s = best_time(lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads),
+                            repeats, setup=fresh_disk(ref))
         ours_s = best_time(lambda ft=ft, ours=ours: quantize_model(src, [QuantizeTarget(ft, ours)],
-                                                                  QuantizeOptions(threads=threads)), repeats)
+                                                                  QuantizeOptions(threads=threads)),
+                           repeats, setup=fresh_disk(ours))
         ours_total += ours_s
         same = describe_differences(ours, ref) is None
         print(f"{name:8s} {ours_s:8.2f} {llama_s:8.2f} {ours_s / llama_s:6.2f}  {'yes' if same else 'NO'}",
@@ -130,7 +132,8 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
         ref.unlink()
         ours.unlink()
     targets = [QuantizeTarget(FILE_TYPES[n], workdir / f"multi-{n}.gguf") for n in types]
-    multi = best_time(lambda: quantize_model(src, targets, QuantizeOptions(threads=threads)), 1)
+    multi = best_time(lambda: quantize_model(src, targets, QuantizeOptions(threads=threads)), 1,
+                      setup=fresh_disk(*(t.path for t in targets)))
     for t in targets:
         t.path.unlink()
     print(f"all {len(types)} types in one job: {multi:.1f} s vs {ours_total:.1f} s as separate jobs "
