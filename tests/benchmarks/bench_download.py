@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx2  # noqa: E402
 
+from tests.benchmarks.timing import fresh_disk  # noqa: E402
+
 TARGET = 0.95
 
 
@@ -100,19 +102,15 @@ def main() -> int:
             cpu: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
             for _ in range(args.repeats):
                 for name, fn in (("plain", plain), ("ours", ours)):
-                    # The previous run's file goes before the clock starts: freeing its
-                    # pages is not part of a download (and the first run had none to free).
-                    (tmp / "plain.bin" if name == "plain" else target).unlink(missing_ok=True)
+                    # The previous run's file goes and dirty pages are written back before
+                    # the clock starts (plain's runs swung 550-860 MiB/s without it).
+                    fresh_disk(tmp / "plain.bin" if name == "plain" else target)()
                     client_cpu, server_cpu = own_cpu_seconds(), process_cpu_seconds(server.pid)
                     start = time.perf_counter()
                     fn()
                     times[name].append(time.perf_counter() - start)
                     cpu[name].append((own_cpu_seconds() - client_cpu,
                                       process_cpu_seconds(server.pid) - server_cpu))
-                    # Write the dirty pages back between runs, untimed: otherwise writeback
-                    # of earlier runs lands on whichever run happens to cross the kernel's
-                    # threshold (plain's runs swung 550-860 MiB/s that way).
-                    os.sync()
             assert (tmp / "plain.bin").stat().st_size == size == target.stat().st_size
         finally:
             server.terminate()
