@@ -26,15 +26,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, GGUFValueType
 
-from quantize.gguf_layout import EncodedStrings
+from quantize.gguf_layout import SCALAR_DTYPES, EncodedStrings
 from quantize.source import MetadataEntry
 
-_SCALAR_DTYPES = {
-    GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2",
-    GGUFValueType.INT16: "<i2", GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4",
-    GGUFValueType.FLOAT32: "<f4", GGUFValueType.UINT64: "<u8", GGUFValueType.INT64: "<i8",
-    GGUFValueType.FLOAT64: "<f8", GGUFValueType.BOOL: "?",
-}
 
 
 def padded(n: int, alignment: int) -> int:
@@ -65,8 +59,8 @@ def value_bytes(value: Any, vtype: GGUFValueType, sub_type: Optional[GGUFValueTy
         ValueError: an empty or nested array, or a type GGUF does not have.
     """
     head = struct.pack("<I", vtype)
-    if vtype in _SCALAR_DTYPES:
-        return head + np.array(value, dtype=_SCALAR_DTYPES[vtype]).tobytes()
+    if vtype in SCALAR_DTYPES:
+        return head + np.array(value, dtype=SCALAR_DTYPES[vtype]).tobytes()
     if vtype == GGUFValueType.STRING:
         return head + _string(value)
     if vtype == GGUFValueType.ARRAY:
@@ -77,8 +71,8 @@ def value_bytes(value: Any, vtype: GGUFValueType, sub_type: Optional[GGUFValueTy
         head += struct.pack("<IQ", sub_type, len(value))
         if sub_type == GGUFValueType.STRING:
             return head + _string_array(value)
-        if sub_type in _SCALAR_DTYPES:
-            return head + np.array(value, dtype=_SCALAR_DTYPES[sub_type]).tobytes()
+        if sub_type in SCALAR_DTYPES:
+            return head + np.array(value, dtype=SCALAR_DTYPES[sub_type]).tobytes()
         raise ValueError(f"GGUF arrays of {sub_type.name} are not supported")
     raise ValueError(f"unknown GGUF value type {vtype!r}")
 

@@ -40,7 +40,8 @@ _SCALAR_FORMATS = {
     GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }
-_NUMPY_TYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
+#: The numpy dtype of each scalar GGUF type (also what quantize.gguf_encoding writes).
+SCALAR_DTYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
 
 
 class EncodedStrings(Sequence):
@@ -149,18 +150,18 @@ class _Cursor:
 
     def value(self, vtype: GGUFValueType, sub_type_out: list):
         if vtype in _SCALAR_FORMATS:
-            return self.unpack(_SCALAR_FORMATS[vtype], _NUMPY_TYPES[vtype].itemsize)
+            return self.unpack(_SCALAR_FORMATS[vtype], SCALAR_DTYPES[vtype].itemsize)
         if vtype == GGUFValueType.STRING:
             return self.string()
         if vtype == GGUFValueType.ARRAY:
             item = self.value_type()
             count = self.unpack("<Q", 8)
             sub_type_out.append(item)
-            if item in _NUMPY_TYPES:
-                size = _NUMPY_TYPES[item].itemsize * count
+            if item in SCALAR_DTYPES:
+                size = SCALAR_DTYPES[item].itemsize * count
                 if self.pos + size > len(self.buf):
                     raise self.fail("it ends inside its header")
-                values = np.frombuffer(self.buf, _NUMPY_TYPES[item], count, self.pos).tolist()
+                values = np.frombuffer(self.buf, SCALAR_DTYPES[item], count, self.pos).tolist()
                 self.pos += size
                 return values
             if item == GGUFValueType.STRING:
