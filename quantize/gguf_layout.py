@@ -44,6 +44,15 @@ _SCALAR_FORMATS = {
 SCALAR_DTYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
 
 
+def _text(raw: bytes):
+    """A GGUF string as ``str``; one that is not UTF-8 stays ``bytes``, so that writing it
+    again gives the same bytes."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
 class EncodedStrings(Sequence):
     """A GGUF array of strings kept as stored: ``count`` items of u64 length + bytes.
 
@@ -63,12 +72,8 @@ class EncodedStrings(Sequence):
             items, pos, raw = [], 0, self.raw
             for _ in range(self.count):
                 (length,) = struct.unpack_from("<Q", raw, pos)
-                item = raw[pos + 8: pos + 8 + length]
+                items.append(_text(raw[pos + 8: pos + 8 + length]))
                 pos += 8 + length
-                try:
-                    items.append(item.decode("utf-8"))
-                except UnicodeDecodeError:
-                    items.append(item)
             self._items = items
         return self._items
 
@@ -131,10 +136,7 @@ class _Cursor:
             raise self.fail("it ends inside its header")
         raw = self.buf[self.pos:self.pos + length]  # slicing a map copies: no view outlives it
         self.pos += length
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return raw  # kept as bytes, so that writing it again gives the same bytes
+        return _text(raw)
 
     def strings(self, count: int) -> EncodedStrings:
         """``count`` strings, walked by their lengths only (decoding waits until used)."""
