@@ -9,20 +9,18 @@ types) is printed before any weight is read.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from app.core.errors import QuantDeskError
-
-_FLOAT_SUFFIX = re.compile(r"[-_.](f32|f16|bf16)$", re.IGNORECASE)
+from app.core.quantize_queue import output_path
 
 
 def default_output(input_path: Path, type_name: str) -> Path:
-    """``model-F16.gguf`` → ``model-Q4_K_M.gguf`` beside it; a folder gets it inside."""
-    if input_path.is_dir():
-        return input_path / f"{input_path.name}-{type_name}.gguf"
-    stem = _FLOAT_SUFFIX.sub("", input_path.stem)
-    return input_path.with_name(f"{stem}-{type_name}.gguf")
+    """``model-F16.gguf`` → ``model-Q4_K_M.gguf`` beside it; a folder gets it inside.
+
+    The same rule as the Quantize page's default (:func:`app.core.quantize_queue.output_path`).
+    """
+    return output_path(input_path, type_name)
 
 
 def output_paths(input_path: Path, type_names: list[str], output: str | None) -> list[Path]:

@@ -10,7 +10,7 @@ snapshots, the result, or the user-facing error sentence back to the GUI thread,
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
@@ -65,3 +65,28 @@ class JobWorker(QRunnable):
             )
         else:
             self.signals.finished.emit(result)
+
+
+_ALIVE: set[JobWorker] = set()  # workers whose last signal has not arrived yet
+
+
+def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
+              on_failed: Optional[Callable[[str], None]] = None,
+              on_cancelled: Optional[Callable[[], None]] = None,
+              on_progress: Optional[Callable[[Progress], None]] = None,
+              pool: Optional[QThreadPool] = None) -> JobWorker:
+    """Start ``job`` on a :class:`JobWorker` with its callbacks connected.
+
+    The worker is kept referenced until its final signal (finished, failed or cancelled)
+    has been delivered, so a page need not hold every worker it starts.
+    """
+    worker = JobWorker(job)
+    if on_progress is not None:
+        worker.signals.progress.connect(on_progress)
+    for signal, callback in ((worker.signals.finished, on_finished), (worker.signals.failed, on_failed),
+                             (worker.signals.cancelled, on_cancelled)):
+        if callback is not None:
+            signal.connect(callback)
+        signal.connect(lambda *_args, w=worker: _ALIVE.discard(w))
+    _ALIVE.add(worker)
+    return worker.start(pool)
