@@ -146,8 +146,14 @@ class DownloadsPanel(QWidget):
             if callback is not None:
                 callback(task)
         elif task.state == "failed":
-            self.banner.show_message(task.error or "The download failed.", level="error",
-                                     action_text="Retry", on_action=lambda t=task: self.resume(t))
+            from app.ui.models.hub_panel import show_hub_error
+
+            error = task.error or "The download failed."
+            if any(word in error.lower() for word in ("token", "gated", "private")):
+                show_hub_error(self.banner, error, self)
+            else:
+                self.banner.show_message(error, level="error", action_text="Retry",
+                                         on_action=lambda t=task: self.resume(t))
         self.task_changed.emit(task)
 
     def _flush(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
     QSplitter, QTableView, QVBoxLayout, QWidget,
@@ -25,6 +25,7 @@ from app.ui.widgets.rows_model import Column, RowsTableModel
 from app.ui.worker import JobWorker, start_job
 
 PAGE_SIZE = 25
+PROBE_AFTER_MS = 1500  # a search this slow gets a quick connection check beside it
 
 
 def _count(n: int) -> str:
@@ -82,6 +83,36 @@ def details_choices(details, load_settings: Optional[dict] = None, judge=None) -
     return rows
 
 
+_HUB_POOL: Optional[QThreadPool] = None
+
+
+def hub_pool() -> QThreadPool:
+    """The threads Hub requests run on: separate from the global pool (a slow Hub must not
+    hold back quantize jobs) and owned by no widget, because a pool's destructor waits for
+    its threads and a request the client is still retrying must not freeze a closing window."""
+    global _HUB_POOL
+    if _HUB_POOL is None:
+        _HUB_POOL = QThreadPool()
+        _HUB_POOL.setMaxThreadCount(4)
+    return _HUB_POOL
+
+
+def open_settings(widget: QWidget) -> None:
+    """Show the Settings page (where the token is) of ``widget``'s window."""
+    window = widget.window()
+    if hasattr(window, "show_page"):
+        window.show_page("Settings")
+
+
+def show_hub_error(banner: MessageBanner, message: str, widget: Optional[QWidget] = None) -> None:
+    """A Hub sentence in ``banner``; one about access (gated, private, token) offers the Settings page."""
+    if any(word in message.lower() for word in ("token", "gated", "private")):
+        banner.show_message(message, level="error", action_text="Open Settings",
+                            on_action=lambda: open_settings(widget or banner))
+    else:
+        banner.show_message(message, level="error")
+
+
 class HubPanel(QWidget):
     """Search box, results table, details table with Download and "Download and quantize"."""
 
@@ -94,8 +125,7 @@ class HubPanel(QWidget):
         super().__init__(parent)
         self.banner = banner
         self.downloads = downloads
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(4)
+        self.pool = hub_pool()
         self.details = None
         self.page = 0
         self.has_more = False
@@ -206,10 +236,26 @@ class HubPanel(QWidget):
 
         self._search_worker = self._run(work, lambda result: self._show_results(generation, result),
                                         lambda message: self._search_failed(generation, message))
+        QTimer.singleShot(PROBE_AFTER_MS, lambda: self._probe(generation))
+
+    def _probe(self, generation: int) -> None:
+        """The search is still waiting: check the connection once, so "offline" is said quickly."""
+        from models.hub.client import probe_hub
+
+        if generation != self._search_generation or self._search_worker is None:
+            return
+
+        def failed(message: str) -> None:
+            if generation == self._search_generation:
+                self._search_failed(generation, message)
+                self._search_generation += 1  # the search's own late failure is not said twice
+
+        self._run(lambda report, cancel: probe_hub(), lambda _ok: None, failed)
 
     def _show_results(self, generation: int, result) -> None:
         if generation != self._search_generation:
             return
+        self._search_worker = None
         self.banner.clear()
         self.page, self.has_more = result.page, result.has_more
         self.results_model.set_rows(result.results)
@@ -222,21 +268,16 @@ class HubPanel(QWidget):
     def _search_failed(self, generation: int, message: str) -> None:
         if generation != self._search_generation:
             return
+        self._search_worker = None
         self.status.setText("")
         self._show_error(message)
         self.searched.emit(-1)
 
     def _show_error(self, message: str) -> None:
-        if "token" in message.lower() or "gated" in message.lower() or "private" in message.lower():
-            self.banner.show_message(message, level="error", action_text="Open Settings",
-                                     on_action=self._open_settings)
-        else:
-            self.banner.show_message(message, level="error")
+        show_hub_error(self.banner, message)
 
     def _open_settings(self) -> None:
-        window = self.window()
-        if hasattr(window, "show_page"):
-            window.show_page("Settings")
+        open_settings(self)
 
     # ----------------------------------------------------------------- details
     def _result_selected(self) -> None:
@@ -274,6 +315,13 @@ class HubPanel(QWidget):
                                    + (" · convertible safetensors checkpoint" if details.checkpoint else ""))
         if choices:
             self.variants_view.selectRow(0)
+        if details.gated:
+            from models.hub.auth import describe_token
+
+            self.banner.show_message(
+                f"{details.repo_id} is gated: its files download only after you accept its terms on its Hub "
+                f"page, with a token of that account (QuantDesk now uses {describe_token()}).",
+                level="warning", action_text="Open Settings", on_action=self._open_settings)
         self._update_buttons()
         self.details_shown.emit()
 

@@ -84,8 +84,10 @@ class ModelsPage(Page):
         self.show_library().import_path(Path(path))
 
     def shutdown(self) -> None:
-        """Pause running downloads (kept on disk, listed paused next start) and let disk work end."""
+        """Pause running downloads (kept on disk, listed paused next start) and let disk work end.
+
+        Hub requests are not waited for: they only read, and their answers are dropped.
+        """
         self.downloads.shutdown()
-        self.hub.pool.waitForDone(2000)
-        self.pool.waitForDone(2000)
+        self.pool.waitForDone(5000)  # a Library scan or removal in progress finishes
 

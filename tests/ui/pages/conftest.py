@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -34,13 +34,13 @@ def drag_and_drop(widget: QWidget, path: Path) -> tuple[bool, bool]:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(path))])
     mime.setText(QUrl.fromLocalFile(str(path)).toString())
-    point = widget.rect().center()
+    point = QPointF(widget.rect().center())
     buttons, mods = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
     enter = QDragEnterEvent(point, Qt.DropAction.CopyAction, mime, buttons, mods)
     QApplication.sendEvent(widget, enter)
-    move = QDragMoveEvent(point + QPoint(3, 2), Qt.DropAction.CopyAction, mime, buttons, mods)
+    move = QDragMoveEvent(point + QPointF(3, 2), Qt.DropAction.CopyAction, mime, buttons, mods)
     QApplication.sendEvent(widget, move)
-    drop = QDropEvent(QPointF(point), Qt.DropAction.CopyAction, mime, buttons, mods)
+    drop = QDropEvent(point, Qt.DropAction.CopyAction, mime, buttons, mods)
     QApplication.sendEvent(widget, drop)
     return enter.isAccepted(), move.isAccepted()
 

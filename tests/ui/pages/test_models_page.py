@@ -157,7 +157,12 @@ def test_gated_repo_points_to_the_token_in_settings(qtbot, window, hub):
     _search(qtbot, hub_panel, "gated")
     with qtbot.waitSignal(hub_panel.details_shown, timeout=20000):
         hub_panel.results_view.selectRow(0)
-    assert "gated or private" in page.banner.text()
+    assert "is gated" in page.banner.text() and "no Hugging Face token" in page.banner.text()
+    assert page.banner.action_button.text() == "Open Settings"
+    hub_panel.select_choice("Q4_0")
+    task = hub_panel.download_selected()
+    qtbot.waitUntil(lambda: task.state == "failed", timeout=20000)
+    qtbot.waitUntil(lambda: "gated or private" in page.banner.text(), timeout=5000)
     assert page.banner.action_button.text() == "Open Settings"
     page.banner.action_button.click()
     assert window.current_page().title == "Settings"
