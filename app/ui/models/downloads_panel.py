@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QMessageBox, QPushButton, QTableView,
-    QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
 from app.ui.widgets.banner import MessageBanner
-from app.ui.widgets.rows_model import Column, RowsTableModel
+from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
 
 STATE_WORDS = {"queued": "queued", "downloading": "downloading", "retrying": "retrying (connection lost)",
                "paused": "paused", "cancelled": "cancelled", "done": "done", "failed": "failed"}
@@ -96,13 +93,7 @@ class DownloadsPanel(QWidget):
             top.addWidget(button)
             self.buttons[text] = button
         layout.addLayout(top)
-        self.view = QTableView()
-        self.view.setAccessibleName("Download queue")
-        self.view.setModel(self.model)
-        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.view.verticalHeader().setVisible(False)
-        self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.view = make_table(self.model, "Download queue")
         self.view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         layout.addWidget(self.view, 1)
         self._update_buttons()

@@ -12,16 +12,13 @@ from __future__ import annotations
 from typing import Optional
 
 from PySide6.QtCore import Qt, QThreadPool, QTimer, Signal
-from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
-    QSplitter, QTableView, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.core.quantize_queue import fit_settings_from, saved_load_settings
 from app.ui.models.library_panel import size_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.fit_badge import fit_icon, fit_word
-from app.ui.widgets.rows_model import Column, RowsTableModel
+from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
 PAGE_SIZE = 25
@@ -158,14 +155,15 @@ class HubPanel(QWidget):
         self.next_button.setAccessibleName("Next page")
         self.next_button.clicked.connect(lambda: self.search(self.page + 1))
         bar.addWidget(self.search_edit, 1)
+        for button in (self.prev_button, self.next_button):
+            button.setFixedWidth(36)
         for w in (self.format_combo, self.sort_combo, self.search_button, self.prev_button, self.next_button):
             bar.addWidget(w)
         layout.addLayout(bar)
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
         self.results_model = RowsTableModel(RESULT_COLUMNS, self)
-        self.results_view = self._table(self.results_model, "Search results")
-        self.results_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.results_view = make_table(self.results_model, "Search results")
         self.results_view.selectionModel().selectionChanged.connect(lambda *_: self._result_selected())
         splitter.addWidget(self.results_view)
 
@@ -177,8 +175,7 @@ class HubPanel(QWidget):
         self.details_title.setWordWrap(True)
         right_layout.addWidget(self.details_title)
         self.variants_model = RowsTableModel(VARIANT_COLUMNS, self)
-        self.variants_view = self._table(self.variants_model, "Model files")
-        self.variants_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.variants_view = make_table(self.variants_model, "Model files")
         self.variants_view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         right_layout.addWidget(self.variants_view, 1)
         buttons = QHBoxLayout()
@@ -193,24 +190,12 @@ class HubPanel(QWidget):
         buttons.addStretch(1)
         right_layout.addLayout(buttons)
         splitter.addWidget(right)
-        splitter.setSizes([560, 400])
+        splitter.setSizes([600, 420])
         layout.addWidget(splitter, 1)
         self.status = QLabel("")
         self.status.setObjectName("hubStatus")
         layout.addWidget(self.status)
         self._update_buttons()
-
-    @staticmethod
-    def _table(model: RowsTableModel, name: str) -> QTableView:
-        view = QTableView()
-        view.setAccessibleName(name)
-        view.setModel(model)
-        view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        view.verticalHeader().setVisible(False)
-        view.verticalHeader().setDefaultSectionSize(24)
-        view.setAlternatingRowColors(True)
-        return view
 
     def _run(self, work, done, failed) -> JobWorker:
         return start_job(work, done, failed, pool=self.pool)

@@ -14,13 +14,12 @@ from typing import Callable, Optional
 
 from PySide6.QtCore import QSortFilterProxyModel, Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox,
-    QPushButton, QTableView, QVBoxLayout, QWidget,
+    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton, QVBoxLayout, QWidget,
 )
 
 from app.core.errors import QuantDeskError
 from app.ui.widgets.banner import MessageBanner
-from app.ui.widgets.rows_model import SORT_ROLE, Column, RowsTableModel
+from app.ui.widgets.rows_model import SORT_ROLE, Column, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
 
@@ -92,17 +91,16 @@ class LibraryPanel(QWidget):
             top.addWidget(button)
             self.buttons[text.rstrip("…")] = button
         layout.addLayout(top)
-        self.view = QTableView()
-        self.view.setAccessibleName("Library")
-        self.view.setModel(self.proxy)
+        self.view = make_table(self.proxy, "Library")
+        # Content-sized columns would measure every row on each change: fixed widths keep
+        # hundreds of rows instant.
+        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column, width in enumerate((0, 110, 90, 80, 80, 90, 90, 105, 95)):
+            if width:
+                self.view.setColumnWidth(column, width)
         self.view.setSortingEnabled(True)
         self.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
-        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.view.verticalHeader().setVisible(False)
-        self.view.verticalHeader().setDefaultSectionSize(24)
-        self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.view.setAlternatingRowColors(True)
         self.view.doubleClicked.connect(lambda _i: self.chat_selected())
         self.view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         layout.addWidget(self.view, 1)

@@ -223,6 +223,7 @@ class SettingsPage(Page):
     def _appearance_box(self) -> QGroupBox:
         box = QGroupBox("Appearance")
         form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         self.theme_combo = QComboBox()
         self.theme_combo.setAccessibleName("Theme")
         self.theme_combo.addItems(list(THEMES))
@@ -247,6 +248,7 @@ class SettingsPage(Page):
 
         box = QGroupBox("Defaults for new models")
         form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         saved = LoadSettings.from_dict(self.prefs.get("default_load_settings", {}) or {} if self.prefs else {})
         self.context_spin = self._spin("Context length", 0, 1 << 20, saved.context_length, 512,
                                        "0 uses the model's own")
@@ -280,6 +282,7 @@ class SettingsPage(Page):
         spin.setValue(value)
         spin.setAccessibleName(name)
         spin.setToolTip(tip)
+        spin.setMinimumWidth(120)
         return spin
 
     def load_settings_values(self) -> dict:

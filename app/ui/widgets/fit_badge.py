@@ -8,17 +8,30 @@ from typing import Optional
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
-FIT_COLOURS = {"fits": "#2e9d4f", "tight": "#d19a00", "won't fit": "#cc3b3b"}
+#: The theme's colour name for each verdict (``app.ui.theme.COLORS``).
+FIT_COLOUR_NAMES = {"fits": "ok", "tight": "tight", "won't fit": "bad"}
 
 
-@functools.lru_cache(maxsize=8)
+def fit_colour(verdict: Optional[str]) -> str:
+    """The verdict's colour in the scheme on screen (grey when unknown)."""
+    from app.ui.theme import color
+
+    name = FIT_COLOUR_NAMES.get(verdict or "")
+    return color(name) if name else "#8a8a8a"
+
+
 def fit_icon(verdict: Optional[str]) -> QIcon:
-    """A round dot in the verdict's colour (grey when unknown)."""
+    """A round dot in the verdict's colour."""
+    return _dot(fit_colour(verdict))
+
+
+@functools.lru_cache(maxsize=16)
+def _dot(colour: str) -> QIcon:
     pixmap = QPixmap(12, 12)
     pixmap.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pixmap)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setBrush(QColor(FIT_COLOURS.get(verdict or "", "#8a8a8a")))
+    painter.setBrush(QColor(colour))
     painter.setPen(Qt.PenStyle.NoPen)
     painter.drawEllipse(1, 1, 10, 10)
     painter.end()

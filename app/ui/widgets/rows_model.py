@@ -93,3 +93,27 @@ class RowsTableModel(QAbstractTableModel):
     def row_at(self, index: QModelIndex) -> Any:
         """The row object behind ``index`` (of this model or a proxy over it)."""
         return index.data(ROW_ROLE)
+
+
+def make_table(model, accessible_name: str, stretch_column: int = 0):
+    """A read-only, row-selecting table view over ``model``: the one look every list shares.
+
+    Columns fit their contents except ``stretch_column``, which takes the remaining width.
+    """
+    from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+
+    view = QTableView()
+    view.setAccessibleName(accessible_name)
+    view.setModel(model)
+    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    view.setWordWrap(False)
+    view.setAlternatingRowColors(True)
+    view.verticalHeader().setVisible(False)
+    view.verticalHeader().setDefaultSectionSize(24)
+    header = view.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch_column, QHeaderView.ResizeMode.Stretch)
+    header.setHighlightSections(False)
+    return view
