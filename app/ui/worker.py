@@ -52,19 +52,30 @@ class JobWorker(QRunnable):
 
     def run(self) -> None:  # runs on a pool thread
         try:
-            result = self.job(self.signals.progress.emit, self.token)
+            result = self.job(self._progress, self.token)
         except Cancelled:
-            self.signals.cancelled.emit()
+            self._emit(self.signals.cancelled)
         except QuantDeskError as exc:
-            self.signals.failed.emit(exc.user_message)
+            self._emit(self.signals.failed, exc.user_message)
         except Exception as exc:  # a bug: the user still gets a sentence, the log the trace
             log.exception("job failed")
-            self.signals.failed.emit(
-                f"Something went wrong inside QuantDesk ({type(exc).__name__}: {exc}). "
-                "The details are in the log file; please report it."
-            )
+            self._emit(self.signals.failed,
+                       f"Something went wrong inside QuantDesk ({type(exc).__name__}: {exc}). "
+                       "The details are in the log file; please report it.")
         else:
-            self.signals.finished.emit(result)
+            self._emit(self.signals.finished, result)
+
+    def _progress(self, progress: Progress) -> None:
+        self._emit(self.signals.progress, progress)
+
+    @staticmethod
+    def _emit(signal, *args) -> None:
+        """Emit, unless the application is already gone (the window closed while the job
+        ran and Python is tearing Qt down): then the answer has nowhere to go."""
+        try:
+            signal.emit(*args)
+        except RuntimeError:
+            log.debug("a job finished after its signals were deleted; its result is dropped")
 
 
 _ALIVE: set[JobWorker] = set()  # workers whose last signal has not arrived yet

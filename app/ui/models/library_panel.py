@@ -12,14 +12,14 @@ import datetime as dt
 from pathlib import Path
 from typing import Callable, Optional
 
-from PySide6.QtCore import QSortFilterProxyModel, Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton, QVBoxLayout, QWidget,
 )
 
 from app.core.errors import QuantDeskError
 from app.ui.widgets.banner import MessageBanner
-from app.ui.widgets.rows_model import SORT_ROLE, Column, RowsTableModel, make_table
+from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
 
@@ -66,11 +66,8 @@ class LibraryPanel(QWidget):
         self.pool = pool
         self._library = None
         self.model = RowsTableModel(LIBRARY_COLUMNS, self)
-        self.proxy = QSortFilterProxyModel(self)
+        self.proxy = RowsFilterProxy(self)
         self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
-        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self.proxy.setFilterKeyColumn(-1)  # any column matches
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -79,7 +76,7 @@ class LibraryPanel(QWidget):
         self.filter_edit.setPlaceholderText("Filter by name, architecture, quant, source…")
         self.filter_edit.setAccessibleName("Filter the Library")
         self.filter_edit.setClearButtonEnabled(True)
-        self.filter_edit.textChanged.connect(self.proxy.setFilterFixedString)
+        self.filter_edit.textChanged.connect(self.proxy.set_filter_text)
         top.addWidget(self.filter_edit, 1)
         self.buttons: dict[str, QPushButton] = {}
         for text, slot in (("Chat", self.chat_selected), ("Quantize", self.quantize_selected),

@@ -139,3 +139,13 @@ def test_settings_endpoint_theme_defaults_and_sessions(qtbot, window, monkeypatc
     with qtbot.waitSignal(page.answered, timeout=10000):
         page.clear_sessions(confirm=False)
     assert "0 saved" in page.sessions_label.text() and not list(sessions.iterdir())
+
+
+def test_a_library_of_500_files_is_usable_at_once(qtbot, isolated_home):
+    """The benchmark's measurement, bounded loosely for a busy CI machine (the figure itself
+    comes from tests/benchmarks/bench_pages_gui.py)."""
+    from tests.benchmarks.bench_pages_gui import make_library, time_to_usable
+
+    make_library(isolated_home, 500)
+    shown, clicks = time_to_usable(500)
+    assert shown < 1.5 and clicks < 1.5, (shown, clicks)
