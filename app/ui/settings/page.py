@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
-    QPushButton, QScrollArea, QSpinBox, QVBoxLayout, QWidget,
+    QPushButton, QSpinBox, QWidget,
 )
 
 from app.core.errors import QuantDeskError
@@ -72,14 +72,8 @@ class SettingsPage(Page):
         super().__init__(parent)
         self.prefs = _preferences()
         apply_saved_endpoint()
-        outer = page_layout(self, self.title, self.summary)
-        scroll = QScrollArea(self)
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        content = QWidget()
-        layout = QVBoxLayout(content)
-        layout.setContentsMargins(0, 0, 8, 0)
-        self.banner = MessageBanner(content)
+        layout = page_layout(self, self.title, self.summary)
+        self.banner = MessageBanner(self)
         layout.addWidget(self.banner)
         layout.addWidget(self._folders_box())
         layout.addWidget(self._hub_box())
@@ -87,8 +81,6 @@ class SettingsPage(Page):
         layout.addWidget(self._load_box())
         layout.addWidget(self._sessions_box())
         layout.addStretch(1)
-        scroll.setWidget(content)
-        outer.addWidget(scroll, 1)
 
     # ----------------------------------------------------------------- folders
     def _folders_box(self) -> QGroupBox:

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 
 def page_layout(page: QWidget, title: str, summary: str = "") -> QVBoxLayout:
-    """Give ``page`` a vertical layout with its heading (and summary); return it for the body."""
-    layout = QVBoxLayout(page)
+    """Give ``page`` its heading (and summary) and return the layout for its body.
+
+    The body scrolls when the window is smaller than it needs, so no page sets a minimum
+    size on the window (a person can make it as small as they like).
+    """
+    outer = QVBoxLayout(page)
+    outer.setContentsMargins(0, 0, 0, 0)
+    scroll = QScrollArea(page)
+    scroll.setObjectName("pageScroll")
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    body = QWidget()
+    body.setObjectName("pageBody")
+    scroll.setWidget(body)
+    outer.addWidget(scroll)
+    layout = QVBoxLayout(body)
     layout.setContentsMargins(24, 18, 24, 18)
     layout.setSpacing(10)
     heading = QLabel(title)

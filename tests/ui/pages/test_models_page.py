@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from PySide6.QtCore import Qt
 
 from tests.ui.pages.conftest import drag_and_drop
