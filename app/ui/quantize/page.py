@@ -31,7 +31,7 @@ from app.core.quantize_queue import (
 from app.ui.pages import Page
 from app.ui.quantize.types_model import TypesModel
 from app.ui.widgets.banner import MessageBanner
-from app.ui.widgets.page_frame import page_layout
+from app.ui.widgets.page_frame import field_with_button, page_layout
 from app.ui.worker import JobWorker, start_job
 
 log = logging.getLogger(__name__)
@@ -109,17 +109,11 @@ class QuantizePage(Page):
 
         options_box = QGroupBox("Options")
         form = QFormLayout(options_box)
-        imatrix_row = QHBoxLayout()
         self.imatrix_edit = QLineEdit()
-        self.imatrix_edit.setPlaceholderText("none (Q2_K_S needs one)")
-        self.imatrix_edit.setAccessibleName("Importance matrix file")
         self.imatrix_edit.editingFinished.connect(self._options_changed)
-        imatrix_button = QPushButton("Browse…")
-        imatrix_button.setAccessibleName("Choose an importance matrix file")
-        imatrix_button.clicked.connect(self._choose_imatrix)
-        imatrix_row.addWidget(self.imatrix_edit, 1)
-        imatrix_row.addWidget(imatrix_button)
-        form.addRow("Importance matrix:", imatrix_row)
+        form.addRow("Importance matrix:", field_with_button(
+            self.imatrix_edit, "Importance matrix file", "Browse…", "Choose an importance matrix file",
+            self._choose_imatrix, "none (Q2_K_S needs one)"))
         self.pure_check = QCheckBox("Pure: every weight in the type's default (no k-quant mixture)")
         self.pure_check.setAccessibleName("Pure")
         self.pure_check.toggled.connect(self._options_changed)
@@ -136,16 +130,10 @@ class QuantizePage(Page):
             combo.currentIndexChanged.connect(self._options_changed)
         form.addRow("Output tensor:", self.output_type_combo)
         form.addRow("Token embedding:", self.embedding_type_combo)
-        folder_row = QHBoxLayout()
         self.folder_edit = QLineEdit()
-        self.folder_edit.setAccessibleName("Output folder")
-        self.folder_edit.setPlaceholderText("beside the input")
-        folder_button = QPushButton("Browse…")
-        folder_button.setAccessibleName("Choose the output folder")
-        folder_button.clicked.connect(self._choose_output_folder)
-        folder_row.addWidget(self.folder_edit, 1)
-        folder_row.addWidget(folder_button)
-        form.addRow("Output folder:", folder_row)
+        form.addRow("Output folder:", field_with_button(
+            self.folder_edit, "Output folder", "Browse…", "Choose the output folder",
+            self._choose_output_folder, "beside the input"))
         self.pattern_edit = QLineEdit(DEFAULT_PATTERN)
         self.pattern_edit.setAccessibleName("File name pattern")
         form.addRow("File name:", self.pattern_edit)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from app.core.errors import QuantDeskError
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
-from app.ui.widgets.page_frame import page_layout
+from app.ui.widgets.page_frame import field_with_button, page_layout
 from app.ui.worker import JobWorker, start_job
 
 THEMES = ("system", "light", "dark")
@@ -137,16 +137,10 @@ class SettingsPage(Page):
         self.token_status.setObjectName("tokenStatus")
         self.token_status.setWordWrap(True)
         form.addRow("", self.token_status)
-        endpoint_row = QHBoxLayout()
         self.endpoint_edit = QLineEdit(os.environ.get("HF_ENDPOINT", ""))
-        self.endpoint_edit.setPlaceholderText("https://huggingface.co")
-        self.endpoint_edit.setAccessibleName("Hub endpoint")
-        endpoint_save = QPushButton("Apply")
-        endpoint_save.setAccessibleName("Apply the Hub endpoint")
-        endpoint_save.clicked.connect(self.save_endpoint)
-        endpoint_row.addWidget(self.endpoint_edit, 1)
-        endpoint_row.addWidget(endpoint_save)
-        form.addRow("Endpoint:", endpoint_row)
+        form.addRow("Endpoint:", field_with_button(self.endpoint_edit, "Hub endpoint", "Apply",
+                                                   "Apply the Hub endpoint", self.save_endpoint,
+                                                   "https://huggingface.co"))
         self._show_token_source()
         return box
 

@@ -1,9 +1,11 @@
-"""The frame every built page shares: margins, a bold heading and a one-line summary."""
+"""The frame every built page shares (a heading, a summary, a scrolling body) and its form rows."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from typing import Callable
+
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 
 def page_layout(page: QWidget, title: str, summary: str = "") -> QVBoxLayout:
@@ -39,3 +41,18 @@ def page_layout(page: QWidget, title: str, summary: str = "") -> QVBoxLayout:
         body.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         layout.addWidget(body)
     return layout
+
+
+def field_with_button(edit: QLineEdit, name: str, button_text: str, button_name: str,
+                      on_click: Callable[[], None], placeholder: str = "") -> QHBoxLayout:
+    """A form row: ``edit`` (named ``name`` for assistive tools) and a button beside it."""
+    edit.setAccessibleName(name)
+    if placeholder:
+        edit.setPlaceholderText(placeholder)
+    button = QPushButton(button_text)
+    button.setAccessibleName(button_name)
+    button.clicked.connect(lambda _checked=False: on_click())
+    row = QHBoxLayout()
+    row.addWidget(edit, 1)
+    row.addWidget(button)
+    return row

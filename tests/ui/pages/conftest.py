@@ -9,8 +9,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
-from tests.models.hub.conftest import GATED_TOKEN, make_state  # noqa: F401 (re-exported for tests)
-from tests.models.hub_server import HubServer
+# The core's fake Hub fixture (HF_ENDPOINT pointed at a local server with a few repos).
+from tests.models.hub.conftest import GATED_TOKEN, hub  # noqa: F401 (fixture, and the token it accepts)
 
 
 @pytest.fixture
@@ -59,14 +59,3 @@ def tiny_hf(tiny_hf_master, tmp_path) -> Path:
     import shutil
 
     return Path(shutil.copytree(tiny_hf_master, tmp_path / "tiny-hf"))
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, tmp_path):
-    """The fake Hub on 127.0.0.1 with the core tests' repos; HF_ENDPOINT points at it."""
-    with HubServer(make_state()) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield server

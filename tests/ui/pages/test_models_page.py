@@ -30,6 +30,15 @@ def _details(qtbot, hub_panel, repo_id: str):
     return {c.label: c for c in hub_panel.variants_model.rows}
 
 
+def _start_download(qtbot, window, quant: str = "Q8_0"):
+    """Search, open acme/tiny-GGUF's details, queue ``quant``: the page and the task."""
+    page, hub_panel = _hub(qtbot, window)
+    _search(qtbot, hub_panel, "tiny")
+    _details(qtbot, hub_panel, "acme/tiny-GGUF")
+    assert hub_panel.select_choice(quant)
+    return page, hub_panel.download_selected()
+
+
 def _task_state(qtbot, page, task, states, timeout=30000):
     qtbot.waitUntil(lambda: task.state in states, timeout=timeout)
 
@@ -64,11 +73,7 @@ def test_search_and_details_with_variants_and_fit_badges(qtbot, window, hub):
 
 def test_download_with_progress_pause_resume_and_library(qtbot, window, hub):
     hub.state.faults.throttle_bytes_per_s = 250_000
-    page, hub_panel = _hub(qtbot, window)
-    _search(qtbot, hub_panel, "tiny")
-    _details(qtbot, hub_panel, "acme/tiny-GGUF")
-    assert hub_panel.select_choice("Q8_0")
-    task = hub_panel.download_selected()
+    page, task = _start_download(qtbot, window)
     downloads = page.downloads
     qtbot.waitUntil(lambda: task.progress is not None and 0 < task.progress.done < 500_000, timeout=20000)
     qtbot.waitUntil(lambda: "MiB" in downloads.model.index(0, 2).data(), timeout=5000)
@@ -91,13 +96,9 @@ def test_download_with_progress_pause_resume_and_library(qtbot, window, hub):
 
 def test_dropped_connection_is_retried_visibly(qtbot, window, hub):
     hub.state.faults.drop_after["tiny-Q4_K_M.gguf"] = 100_000
-    page, hub_panel = _hub(qtbot, window)
-    _search(qtbot, hub_panel, "tiny")
-    _details(qtbot, hub_panel, "acme/tiny-GGUF")
-    hub_panel.select_choice("Q4_K_M")
     states = []
-    page.downloads.task_changed.connect(lambda t: states.append(t.state))
-    task = hub_panel.download_selected()
+    window.pages["Models"].downloads.task_changed.connect(lambda t: states.append(t.state))
+    page, task = _start_download(qtbot, window, "Q4_K_M")
     _task_state(qtbot, page, task, {"done"}, timeout=30000)
     assert "retrying" in states
     assert states[-1] == "done"
@@ -110,11 +111,7 @@ def test_quit_mid_download_and_resume_in_a_new_window(qtbot, hub):
     first = MainWindow()
     qtbot.addWidget(first)
     first.show()
-    page, hub_panel = _hub(qtbot, first)
-    _search(qtbot, hub_panel, "tiny")
-    _details(qtbot, hub_panel, "acme/tiny-GGUF")
-    hub_panel.select_choice("Q8_0")
-    task = hub_panel.download_selected()
+    page, task = _start_download(qtbot, first)
     qtbot.waitUntil(lambda: task.progress is not None and task.progress.done > 50_000, timeout=20000)
     first.close()  # pauses the download; its bytes stay on disk
     assert task.state == "paused"
@@ -136,11 +133,7 @@ def test_quit_mid_download_and_resume_in_a_new_window(qtbot, hub):
 
 def test_cancel_asks_and_removes_partial_data(qtbot, window, hub, monkeypatch):
     hub.state.faults.throttle_bytes_per_s = 100_000
-    page, hub_panel = _hub(qtbot, window)
-    _search(qtbot, hub_panel, "tiny")
-    _details(qtbot, hub_panel, "acme/tiny-GGUF")
-    hub_panel.select_choice("Q8_0")
-    task = hub_panel.download_selected()
+    page, task = _start_download(qtbot, window)
     qtbot.waitUntil(lambda: task.progress is not None and task.progress.done > 0, timeout=20000)
     monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.No)
     assert page.downloads.cancel(task) is False and task.state == "downloading"
