@@ -6,7 +6,7 @@ import pytest
 
 from app.core.errors import QuantDeskError
 from app.core.quantize_queue import (
-    DEFAULT_PATTERN, QuantizeQueue, QuantizeRequest, eta_text, inspect_input, offered_types, output_path,
+    DEFAULT_PATTERN, TYPE_ORDER, QuantizeQueue, QuantizeRequest, eta_text, inspect_input, offered_types, output_path,
     run_quantize,
 )
 from models.memory_fit import FitVerdict
@@ -44,7 +44,7 @@ def test_inspect_input_gives_exact_sizes_before_any_work(tiny_hf):
     facts = inspect_input(tiny_hf / "model.safetensors", judge=_fits)  # a .safetensors file means its folder
     assert facts.path == tiny_hf
     assert [r.name for r in facts.rows] == offered_types()
-    assert offered_types()[:3] == ["F16", "BF16", "Q8_0"] and "Q4_K_M" in offered_types()
+    assert offered_types() == list(TYPE_ORDER)  # every type the issue lists, F32 to Q2_K_S
     source = open_source(tiny_hf)
     plans = plan_targets(source, [QuantizeTarget(parse_file_type(n), Path(n)) for n in offered_types()],
                          QuantizeOptions())

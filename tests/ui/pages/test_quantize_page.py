@@ -41,7 +41,8 @@ def test_dropped_hf_folder_opens_quantize_with_exact_sizes(qtbot, window, tiny_h
     assert page.fact_labels["Tokenizer"].text() == "gpt2"
     rows = _type_rows(page)
     names = list(rows)
-    assert names[:3] == ["F16", "BF16", "Q8_0"] and {"Q4_K_M", "Q6_K", "Q2_K_S"} <= set(names)
+    assert names == ["F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M",
+                     "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S"]
     source = open_source(tiny_hf)
     plans = plan_targets(source, [QuantizeTarget(parse_file_type(n), Path(n)) for n in names], QuantizeOptions())
     source.close()
