@@ -107,6 +107,13 @@ class DownloadsPanel(QWidget):
             self._manager = DownloadManager(on_update=self._bridge.updated.emit)
         return self._manager
 
+    def reset_manager(self) -> None:
+        """The models folder moved: the next download starts a queue there. Running
+        downloads finish where they began."""
+        if self._manager is not None and not any(
+                t.state in ("queued", "downloading", "retrying") for t in self._manager.tasks):
+            self._manager = None
+
     def restore(self) -> list:
         """List, paused, the partial downloads a previous run left (call off the GUI thread)."""
         return self.manager.restore()

@@ -116,6 +116,11 @@ class LibraryPanel(QWidget):
             self._library = Library()
         return self._library
 
+    def reset_library(self) -> None:
+        """Forget the index object (the models folder moved) and show the new folder's."""
+        self._library = None
+        self.load(rescan=True)
+
     def load(self, rescan: bool = True) -> None:
         """Show the stored index now, then (``rescan``) bring it up to date off the GUI thread."""
         try:

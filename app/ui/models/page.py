@@ -71,6 +71,11 @@ class ModelsPage(Page):
         self._restore_worker = worker
         worker.start(self.pool)
 
+    def models_folder_changed(self) -> None:
+        """Settings moved the models folder: list the new one; new downloads go there."""
+        self.library.reset_library()
+        self.downloads.reset_manager()
+
     def show_hub(self) -> HubPanel:
         self.tabs.setCurrentWidget(self.hub)
         return self.hub

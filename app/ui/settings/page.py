@@ -16,7 +16,7 @@ from typing import Optional
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
     QPushButton, QSpinBox, QWidget,
 )
 
@@ -96,8 +96,13 @@ class SettingsPage(Page):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             button = QPushButton("Open")
             button.setAccessibleName(f"Open the {name} folder")
-            button.clicked.connect(lambda _c=False, f=folder: self.open_folder(f))
+            button.clicked.connect(lambda _c=False, n=name: self.open_folder(app_paths().all()[n]))
             row.addWidget(label, 1)
+            if name == "models":
+                move = QPushButton("Change…")
+                move.setAccessibleName("Change the models folder")
+                move.clicked.connect(self._choose_models_folder)
+                row.addWidget(move)
             row.addWidget(button)
             form.addRow(f"{name.capitalize()}:", row)
             self.folder_labels[name] = label
@@ -106,6 +111,39 @@ class SettingsPage(Page):
         hint.setObjectName("hint")
         form.addRow("", hint)
         return box
+
+    def _choose_models_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose the models folder",
+                                                  self.folder_labels["models"].text())
+        if folder:
+            self.set_models_folder(Path(folder))
+
+    def set_models_folder(self, folder: Optional[Path]) -> None:
+        """Keep new downloads and the Library in ``folder`` (``None``: the default folder).
+
+        Models already on disk are not moved; the Library of the new folder lists what it
+        holds, and the old folder's models can be imported from where they are.
+        """
+        from app.core.paths import MODELS_FOLDER_KEY, app_paths
+
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.banner.show_message(f"QuantDesk cannot use {folder} as its models folder ({exc.strerror}).",
+                                         level="error")
+                return
+        if self.prefs is None:
+            self.banner.show_message("Preferences cannot be saved, so the models folder stays.", level="error")
+            return
+        self.prefs.set(MODELS_FOLDER_KEY, str(folder) if folder else "")
+        new = app_paths().models
+        self.folder_labels["models"].setText(str(new))
+        models_page = getattr(self.window(), "pages", {}).get("Models")
+        if models_page is not None and hasattr(models_page, "models_folder_changed"):
+            models_page.models_folder_changed()
+        self.banner.show_message(f"Models now go to {new}. Models in the old folder stay there; "
+                                 "import them from the Library if you want them listed.", level="info")
 
     def open_folder(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -110,7 +110,7 @@ def test_settings_token_is_private_and_tested_with_whoami(qtbot, window, hub):
     assert not path.exists() and "no Hugging Face token" in page.token_status.text()
 
 
-def test_settings_endpoint_theme_defaults_and_sessions(qtbot, window, monkeypatch):
+def test_settings_endpoint_theme_defaults_folders_and_sessions(qtbot, window, monkeypatch, tmp_path):
     from app.core.paths import app_paths
     from app.core.preferences import Preferences
 
@@ -129,6 +129,14 @@ def test_settings_endpoint_theme_defaults_and_sessions(qtbot, window, monkeypatc
     saved = Preferences().get("default_load_settings")
     assert saved["context_length"] == 8192 and saved["kv_cache_type_k"] == "q8_0" and saved["flash_attention"]
     assert set(page.folder_labels) == set(app_paths().all())
+
+    moved = tmp_path / "big-disk"
+    page.set_models_folder(moved)
+    assert page.folder_labels["models"].text() == str(moved) and app_paths().models == moved
+    library = window.pages["Models"].library
+    qtbot.waitUntil(lambda: library.library.models_dir == moved.resolve(), timeout=5000)
+    page.set_models_folder(None)
+    assert app_paths().models != moved
 
     sessions = app_paths().sessions
     sessions.mkdir(parents=True, exist_ok=True)
