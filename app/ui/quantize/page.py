@@ -320,7 +320,10 @@ class QuantizePage(Page):
         fraction = progress.fraction or 0.0
         self.progress_bar.setValue(int(fraction * 1000))
         eta = eta_text(job.started if job and job.started else time.monotonic(), fraction)
-        self.progress_label.setText(f"{progress.stage} {fraction * 100:.0f}% · {eta} · {progress.detail}")
+        queued = sum(1 for j in self.queue.jobs if j.state == "queued")
+        more = f" · {queued} more job(s) queued" if queued else ""
+        name = Path(job.request.input).name if job else ""
+        self.progress_label.setText(f"{progress.stage} {name} {fraction * 100:.0f}% · {eta}{more} · {progress.detail}")
 
     def _job_done(self, job: QueuedJob, result) -> None:
         self.queue.finish(job, "done", result.summary, result.outputs)

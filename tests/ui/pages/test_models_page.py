@@ -204,3 +204,20 @@ def test_convertible_checkpoint_downloads_and_opens_on_quantize(qtbot, window, h
     assert window.current_page() is quantize
     # The fake repo's weights are random bytes, so the converter's sentence is shown inline.
     assert quantize.banner.text() and quantize._input_path.name == "tiny-hf"
+
+
+def test_paging_through_results(qtbot, window, hub, monkeypatch):
+    import app.ui.models.hub_panel as hub_panel_module
+
+    monkeypatch.setattr(hub_panel_module, "PAGE_SIZE", 2)
+    page, hub_panel = _hub(qtbot, window)
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("any"))
+    assert _search(qtbot, hub_panel, "") == 2
+    first = [m.repo_id for m in hub_panel.results_model.rows]
+    assert hub_panel.next_button.isEnabled() and not hub_panel.prev_button.isEnabled()
+    with qtbot.waitSignal(hub_panel.searched, timeout=20000):
+        hub_panel.next_button.click()
+    second = [m.repo_id for m in hub_panel.results_model.rows]
+    assert len(second) == 2 and not set(first) & set(second)
+    assert hub_panel.prev_button.isEnabled() and not hub_panel.next_button.isEnabled()
+    assert first == ["acme/tiny-hf", "acme/tiny-GGUF"]  # most downloaded first

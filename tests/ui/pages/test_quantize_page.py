@@ -137,3 +137,33 @@ def test_options_replan_and_a_bad_pattern_is_said_inline(qtbot, window, tiny_hf)
     page.pattern_edit.setText("{name}.gguf")
     assert page.start() is None
     assert "{type}" in page.banner.text()
+
+
+def test_jobs_queue_one_after_another(qtbot, window, tiny_hf, tmp_path, monkeypatch):
+    import shutil
+
+    import quantize.job as job
+
+    original = job._TensorEncoder.__call__
+
+    def slow(self, index, values):
+        time.sleep(0.05)
+        return original(self, index, values)
+
+    monkeypatch.setattr(job._TensorEncoder, "__call__", slow)
+    other = Path(shutil.copytree(tiny_hf, tmp_path / "other-hf"))
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    page.types_model.set_checked("Q8_0")
+    first = page.start()
+    assert first.state == "running" and not page.start_button.isEnabled()  # same input: busy
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        window.open_path(other)
+    page.types_model.set_checked("Q4_0")
+    assert page.start_button.isEnabled()  # another input may queue
+    second = page.start()
+    assert second.state == "queued"
+    qtbot.waitUntil(lambda: "1 more job(s) queued" in page.progress_label.text() or first.state == "done",
+                    timeout=30000)
+    qtbot.waitUntil(lambda: second.state == "done", timeout=60000)
+    assert first.state == "done"
+    assert (tiny_hf / "tiny-hf-Q8_0.gguf").exists() and (other / "other-hf-Q4_0.gguf").exists()
