@@ -90,7 +90,7 @@ def hub_pool() -> QThreadPool:
     global _HUB_POOL
     if _HUB_POOL is None:
         _HUB_POOL = QThreadPool()
-        _HUB_POOL.setMaxThreadCount(4)
+        _HUB_POOL.setMaxThreadCount(8)  # a search the client still retries must not block the next
     return _HUB_POOL
 
 

@@ -160,22 +160,6 @@ def test_gated_repo_points_to_the_token_in_settings(qtbot, window, hub):
     assert window.current_page().title == "Settings"
 
 
-def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, monkeypatch, tmp_path):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    page, hub_panel = _hub(qtbot, window)
-    assert _search(qtbot, hub_panel, "tiny") == -1
-    assert "could not reach the Hub" in page.banner.text()
-    library = page.show_library()
-    with qtbot.waitSignal(library.refreshed, timeout=10000):
-        library.load()
-    assert library.view.accessibleName() == "Library" and library.view.isEnabled()
-
-
 def test_a_slow_hub_leaves_the_window_responsive_and_a_new_search_wins(qtbot, window, hub):
     page, hub_panel = _hub(qtbot, window)
     hub.state.faults.api_delay = 1.5
@@ -221,3 +205,21 @@ def test_paging_through_results(qtbot, window, hub, monkeypatch):
     assert len(second) == 2 and not set(first) & set(second)
     assert hub_panel.prev_button.isEnabled() and not hub_panel.next_button.isEnabled()
     assert first == ["acme/tiny-hf", "acme/tiny-GGUF"]  # most downloaded first
+
+
+def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, monkeypatch, tmp_path):
+    # Last in this file: huggingface_hub keeps retrying the refused search for ~25 s in
+    # its thread, and a refused connection closes the client every thread shares.
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    page, hub_panel = _hub(qtbot, window)
+    assert _search(qtbot, hub_panel, "tiny") == -1
+    assert "could not reach the Hub" in page.banner.text()
+    library = page.show_library()
+    with qtbot.waitSignal(library.refreshed, timeout=10000):
+        library.load()
+    assert library.view.accessibleName() == "Library" and library.view.isEnabled()
