@@ -49,6 +49,7 @@ def main(out: Path) -> list[Path]:
     from app.cli import main as cli
     from app.ui.application import create_application
     from app.ui.main_window import MainWindow
+    from app.core.preferences import Preferences
     from app.ui.theme import apply_theme
     import quantize.job as job
     from tests.factory.checkpoints import write_tiny_checkpoint
@@ -72,6 +73,7 @@ def main(out: Path) -> list[Path]:
     with HubServer(make_state()) as hub:
         os.environ["HF_ENDPOINT"] = hub.url
         for theme in ("light", "dark"):
+            Preferences().set("theme", theme)  # what the Settings page's selector stores
             apply_theme(theme, app)
             window = MainWindow()
             window.resize(1280, 800)
@@ -123,8 +125,13 @@ def main(out: Path) -> list[Path]:
             quantize.cancel()
             wait_until(lambda: quantize.start_button.isEnabled())
 
-            window.show_page("Settings")
+            settings = window.show_page("Settings")
             shoot("settings")
+            from PySide6.QtWidgets import QScrollArea
+
+            bar = settings.findChild(QScrollArea).verticalScrollBar()
+            bar.setValue(bar.maximum())  # the load defaults and the saved KV sessions
+            shoot("settings-bottom")
             window.close()
             settle(0.3)
     shutil.rmtree(home, ignore_errors=True)

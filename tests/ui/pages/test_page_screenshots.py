@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.ui.test_real_window_xvfb import xvfb_display  # noqa: F401 (fixture)
 
-STATES = ["library", "hub-details", "downloads", "quantize-sizes", "quantize-progress", "settings"]
+STATES = ["library", "hub-details", "downloads", "quantize-sizes", "quantize-progress", "settings",
+          "settings-bottom"]
 
 
 @pytest.mark.xvfb
