@@ -10,6 +10,7 @@ snapshots, the result, or the user-facing error sentence back to the GUI thread,
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Optional
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
@@ -78,7 +79,13 @@ class JobWorker(QRunnable):
             log.debug("a job finished after its signals were deleted; its result is dropped")
 
 
-_ALIVE: set[JobWorker] = set()  # workers whose last signal has not arrived yet
+#: Workers started by :func:`start_job` → when their final signal arrived (``None``: not yet).
+_ALIVE: dict[JobWorker, Optional[float]] = {}
+#: How long a finished worker stays referenced. The pool thread still calls the runnable
+#: (``autoDelete()``) just after ``run()`` returns, which can be after the final signal
+#: reached the GUI thread; freeing the Python object then would free the C++ runnable
+#: under the pool's feet (a segfault seen in tests).
+_KEEP_AFTER_FINISH_S = 10.0
 
 
 def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
@@ -88,9 +95,13 @@ def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
               pool: Optional[QThreadPool] = None) -> JobWorker:
     """Start ``job`` on a :class:`JobWorker` with its callbacks connected.
 
-    The worker is kept referenced until its final signal (finished, failed or cancelled)
-    has been delivered, so a page need not hold every worker it starts.
+    The worker stays referenced until well after its final signal (finished, failed or
+    cancelled), so a page need not hold every worker it starts.
     """
+    now = time.monotonic()
+    for old, ended in list(_ALIVE.items()):
+        if ended is not None and now - ended > _KEEP_AFTER_FINISH_S:
+            del _ALIVE[old]
     worker = JobWorker(job)
     if on_progress is not None:
         worker.signals.progress.connect(on_progress)
@@ -98,6 +109,6 @@ def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
                              (worker.signals.cancelled, on_cancelled)):
         if callback is not None:
             signal.connect(callback)
-        signal.connect(lambda *_args, w=worker: _ALIVE.discard(w))
-    _ALIVE.add(worker)
+        signal.connect(lambda *_args, w=worker: _ALIVE.__setitem__(w, time.monotonic()))
+    _ALIVE[worker] = None
     return worker.start(pool)

@@ -52,7 +52,10 @@ class ModelsPage(Page):
         self._restore_worker: Optional[JobWorker] = None
 
     def on_shown(self) -> None:
-        """First time on screen: show the Library and list unfinished downloads, paused."""
+        """On screen: the first time, load the Library and list unfinished downloads, paused;
+        later, show the index again (a quantize job may have added files meanwhile)."""
+        if self._started:
+            self.library.load(rescan=False)
         self.start()
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)

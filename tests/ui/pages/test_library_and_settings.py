@@ -40,9 +40,8 @@ def test_library_lists_sorts_filters_and_acts(qtbot, window, tiny_ggufs, tmp_pat
     qtbot.waitUntil(lambda: library.model.rowCount() == 1, timeout=10000)
     # A GGUF dropped while on the Models page: an F16 one goes to Chat by the window's rule,
     # so import it through the Library's own entry instead.
-    with qtbot.waitSignal(library.refreshed, timeout=10000):
-        library.import_path(elsewhere)
-    assert library.model.rowCount() == 2
+    library.import_path(elsewhere)
+    qtbot.waitUntil(lambda: library.model.rowCount() == 2, timeout=10000)
     assert library.view.accessibleName() == "Library"
     header = [library.model.headerData(c, Qt.Orientation.Horizontal) for c in range(library.model.columnCount())]
     assert header[:8] == ["Name", "Architecture", "Parameters", "Quant", "Context", "Size", "Source", "Chat template"]
@@ -157,3 +156,35 @@ def test_a_library_of_500_files_is_usable_at_once(qtbot, isolated_home):
     make_library(isolated_home, 500)
     shown, clicks = time_to_usable(500)
     assert shown < 1.5 and clicks < 1.5, (shown, clicks)
+
+
+def test_unsupported_inputs_get_the_core_sentences_on_the_page(qtbot, window, tiny_ggufs, tmp_path):
+    import json
+
+    from tests.factory.checkpoints import write_tiny_checkpoint
+
+    page = window.show_page("Quantize")
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        page.open_path(tiny_ggufs["Q8_0"])  # the file dialog's way in; a drop would go to Chat
+    assert "Q8_0" in page.banner.text() and page.types_model.rowCount() == 0
+    folder = write_tiny_checkpoint(tmp_path / "gpt2ish").path
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        window.open_path(folder)
+    assert "GPT2LMHeadModel" in page.banner.text() and "cannot convert" in page.banner.text()
+    assert "Traceback" not in page.banner.text() and not page.start_button.isEnabled()
+
+
+def test_models_page_shows_new_outputs_when_shown_again(qtbot, window, tiny_ggufs):
+    from models.library import Library
+
+    for path in tiny_ggufs.values():
+        Library().import_path(path)
+    library = window.show_page("Models").library
+    qtbot.waitUntil(lambda: library.model.rowCount() == 2, timeout=10000)
+    window.show_page("Settings")
+    Library().remove(tiny_ggufs["Q8_0"])  # what another page (or the CLI) changed meanwhile
+    window.show_page("Models")
+    assert library.model.rowCount() == 1
