@@ -79,13 +79,18 @@ class JobWorker(QRunnable):
             log.debug("a job finished after its signals were deleted; its result is dropped")
 
 
-#: Workers started by :func:`start_job` → when their final signal arrived (``None``: not yet).
-_ALIVE: dict[JobWorker, Optional[float]] = {}
+#: Workers started by :func:`start_job`, by id → (worker, when its final signal arrived or ``None``).
+_ALIVE: dict[int, tuple[JobWorker, Optional[float]]] = {}
 #: How long a finished worker stays referenced. The pool thread still calls the runnable
 #: (``autoDelete()``) just after ``run()`` returns, which can be after the final signal
 #: reached the GUI thread; freeing the Python object then would free the C++ runnable
 #: under the pool's feet (a segfault seen in tests).
 _KEEP_AFTER_FINISH_S = 10.0
+
+
+def _ended(key: int) -> None:
+    if key in _ALIVE:
+        _ALIVE[key] = (_ALIVE[key][0], time.monotonic())
 
 
 def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
@@ -96,19 +101,21 @@ def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
     """Start ``job`` on a :class:`JobWorker` with its callbacks connected.
 
     The worker stays referenced until well after its final signal (finished, failed or
-    cancelled), so a page need not hold every worker it starts.
+    cancelled), so a page need not hold every worker it starts; it is released on the GUI
+    thread by a later call (the connections hold only its id, so no reference cycle keeps it).
     """
     now = time.monotonic()
-    for old, ended in list(_ALIVE.items()):
+    for key, (_worker, ended) in list(_ALIVE.items()):
         if ended is not None and now - ended > _KEEP_AFTER_FINISH_S:
-            del _ALIVE[old]
+            del _ALIVE[key]
     worker = JobWorker(job)
+    key = id(worker)
     if on_progress is not None:
         worker.signals.progress.connect(on_progress)
     for signal, callback in ((worker.signals.finished, on_finished), (worker.signals.failed, on_failed),
                              (worker.signals.cancelled, on_cancelled)):
         if callback is not None:
             signal.connect(callback)
-        signal.connect(lambda *_args, w=worker: _ALIVE.__setitem__(w, time.monotonic()))
-    _ALIVE[worker] = None
+        signal.connect(lambda *_args, k=key: _ended(k))
+    _ALIVE[key] = (worker, None)
     return worker.start(pool)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.ui.widgets.banner import MessageBanner
+from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
 
 STATE_WORDS = {"queued": "queued", "downloading": "downloading", "retrying": "retrying (connection lost)",
@@ -184,14 +185,10 @@ class DownloadsPanel(QWidget):
 
     def cancel(self, task, confirm: bool = True) -> bool:
         """Cancel ``task`` and delete its partial data, after a confirmation."""
-        if confirm:
-            box = QMessageBox(QMessageBox.Icon.Question, "Cancel download",
-                              f"Cancel {task.plan.repo_id} {task.plan.label} and delete the "
-                              f"{_mib(task.progress.done if task.progress else 0)} downloaded so far?",
-                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
-            box.setObjectName("confirmCancelDownload")
-            if box.exec() != QMessageBox.StandardButton.Yes:
-                return False
+        done = _mib(task.progress.done if task.progress else 0)
+        if confirm and not ask(self, "Cancel download", f"Cancel {task.plan.repo_id} {task.plan.label} and "
+                               f"delete the {done} downloaded so far?", "confirmCancelDownload"):
+            return False
         self.manager.cancel(task)
         self.model.update_row(task)
         self._update_buttons()

@@ -14,11 +14,12 @@ from typing import Callable, Optional
 
 from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton, QVBoxLayout, QWidget,
+    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget,
 )
 
 from app.core.errors import QuantDeskError
 from app.ui.widgets.banner import MessageBanner
+from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
@@ -200,12 +201,8 @@ class LibraryPanel(QWidget):
         inside = Path(model.path).is_relative_to(self.library.models_dir)
         what = (f"Delete {model.name} ({size_text(model.size)}) from disk?" if inside else
                 f"Forget {model.name}? The file stays where it is:\n{model.path}")
-        if confirm:
-            box = QMessageBox(QMessageBox.Icon.Question, "Remove model", what,
-                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
-            box.setObjectName("confirmRemove")
-            if box.exec() != QMessageBox.StandardButton.Yes:
-                return
+        if confirm and not ask(self, "Remove model", what, "confirmRemove"):
+            return
         path = Path(model.path)
         self.run(lambda: self.library.remove(path), lambda _deleted: self.load(rescan=False))
 

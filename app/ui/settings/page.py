@@ -16,13 +16,14 @@ from typing import Optional
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
     QPushButton, QSpinBox, QWidget,
 )
 
 from app.core.errors import QuantDeskError
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
+from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.page_frame import field_with_button, page_layout
 from app.ui.worker import JobWorker, start_job
 
@@ -366,12 +367,9 @@ class SettingsPage(Page):
     def clear_sessions(self, confirm: bool = True) -> None:
         from models.engine.sessions import SessionStore
 
-        if confirm:
-            box = QMessageBox(QMessageBox.Icon.Question, "Clear saved sessions",
-                              "Delete every saved chat state? The conversations stay.",
-                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
-            if box.exec() != QMessageBox.StandardButton.Yes:
-                return
+        if confirm and not ask(self, "Clear saved sessions",
+                               "Delete every saved chat state? The conversations stay."):
+            return
         self._run(lambda report, cancel: SessionStore.default().clear(), lambda _freed: self.measure_sessions(),
                   lambda text: self.banner.show_message(text, level="error"))
 

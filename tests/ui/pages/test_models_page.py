@@ -135,7 +135,7 @@ def test_cancel_asks_and_removes_partial_data(qtbot, window, hub, monkeypatch):
     hub.state.faults.throttle_bytes_per_s = 100_000
     page, task = _start_download(qtbot, window)
     qtbot.waitUntil(lambda: task.progress is not None and task.progress.done > 0, timeout=20000)
-    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.No)
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Cancel)
     assert page.downloads.cancel(task) is False and task.state == "downloading"
     monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
     assert page.downloads.cancel(task) is True
