@@ -62,6 +62,10 @@ def test_library_lists_sorts_filters_and_acts(qtbot, window, tiny_ggufs, tmp_pat
 
     assert library.select_path(str(Path(inside).resolve()))
     assert not library.buttons["Quantize"].isEnabled()  # already quantized
+    revealed = []
+    monkeypatch.setattr("models.library.reveal", revealed.append)
+    library.buttons["Show in folder"].click()
+    assert revealed == [Path(inside).resolve()]
     opened = []
     monkeypatch.setattr(type(window), "open_path", lambda self, path: opened.append(path))
     library.buttons["Chat"].click()

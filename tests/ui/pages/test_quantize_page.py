@@ -167,3 +167,15 @@ def test_jobs_queue_one_after_another(qtbot, window, tiny_hf, tmp_path, monkeypa
     qtbot.waitUntil(lambda: second.state == "done", timeout=60000)
     assert first.state == "done"
     assert (tiny_hf / "tiny-hf-Q8_0.gguf").exists() and (other / "other-hf-Q4_0.gguf").exists()
+
+
+def test_quantdesk_path_on_the_command_line_opens_quantize(qtbot, tiny_hf):
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow(initial_path=tiny_hf)  # what `quantdesk PATH` does
+    qtbot.addWidget(window)
+    page = window.pages["Quantize"]
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        window.show()
+    assert window.current_page() is page and page.input.path == tiny_hf
+    window.close()

@@ -12,11 +12,12 @@ import selectors
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.ui.test_real_window_xvfb import _require, xvfb_display  # noqa: F401 (fixture)
+from tests.ui.test_real_window_xvfb import GRAB, _require, xvfb_display  # noqa: F401 (fixture)
 
 
 def _read_line(proc: subprocess.Popen, prefix: str, timeout: float) -> str:
@@ -67,6 +68,12 @@ def test_a_real_drag_from_another_program_opens_quantize(xvfb_display, tiny_hf, 
         assert planned.split()[1] == str(tiny_hf)
         assert int(planned.split()[2]) == 18  # F32 … Q2_K_S
         assert _read_line(source, "DRAG", 10) in ("DRAG CopyAction", "DRAG MoveAction", "DRAG LinkAction")
+        time.sleep(1.0)  # the page repaints with the planned sizes
+        shot = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts")) / "pages"
+        shot.mkdir(parents=True, exist_ok=True)
+        grab = subprocess.run([sys.executable, "-c", GRAB, str(shot / "quantize-after-real-drop.png")],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert grab.returncode == 0, grab.stderr
     finally:
         for proc in procs:
             proc.terminate()
