@@ -69,23 +69,3 @@ def hub_threads_end_before_exit():
     from app.ui.models.hub_panel import hub_pool
 
     hub_pool().waitForDone(40000)
-
-
-@pytest.fixture(autouse=True)
-def collect_windows_on_the_gui_thread(qtbot):
-    """After each test, delete its closed windows and collect their Python wrappers here,
-    on the GUI thread. Left to the cyclic collector, they would be freed by whichever thread
-    allocates next — a quantize or Hub worker — and Qt widgets must not die off the GUI thread.
-    Also before the test, for what the previous test's qtbot deleted after this ran."""
-    import gc
-
-    from PySide6.QtCore import QCoreApplication, QEvent
-
-    def collect() -> None:
-        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-        QCoreApplication.processEvents()
-        gc.collect()
-
-    collect()
-    yield
-    collect()
