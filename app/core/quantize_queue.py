@@ -203,7 +203,7 @@ def inspect_input(path: Path, options: Any = None, load_settings: Optional[dict]
     """
     from quantize.ftypes import parse_file_type
     from quantize.imatrix import load_imatrix
-    from quantize.job import QuantizeOptions, QuantizeTarget, open_source
+    from quantize.job import QuantizeOptions, open_source
     from quantize.plan import plan_quantization
 
     path = _folder_of(path)
