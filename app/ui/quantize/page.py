@@ -239,11 +239,12 @@ class QuantizePage(Page):
             return  # an older input's plan, replaced meanwhile
         self.input = result
         self.input_label.setText(str(result.path))
-        values = {"Model": result.description, "Architecture": result.architecture,
+        values = {"Model": Path(result.path).name, "Architecture": result.architecture,
                   "Parameters": _params(result.parameters), "Current type": result.current_type,
                   "Tokenizer": result.tokenizer}
         for key, value in values.items():
             self.fact_labels[key].setText(value)
+        self.fact_labels["Model"].setToolTip(result.description)
         self.types_model.set_rows(result.rows)
         self._update_buttons()
         self.planned.emit()
