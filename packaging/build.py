@@ -25,7 +25,6 @@ Packing steps live in ``packaging/pack_*.py``; this file only orders them.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -42,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 import llama_cmake_args  # noqa: E402  (packaging/ is not a package)
 
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+LLAMA_CPP_PYTHON = llama_cmake_args.LLAMA_CPP_PYTHON
 PYINSTALLER = "pyinstaller==6.22.3"
 BUILD = ROOT / "build"
 DIST = ROOT / "dist"
@@ -75,16 +74,10 @@ def make_build_env() -> Path:
     return python
 
 
-def wheel_key(cmake: list[str]) -> str:
-    """Cache key of a llama-cpp-python build: version, options, platform, Python."""
-    text = "\n".join([LLAMA_CPP_PYTHON, " ".join(cmake), sys.platform, platform.machine(),
-                      f"cp{sys.version_info.major}{sys.version_info.minor}"])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def llama_wheel(python: Path, cmake: list[str]) -> Path:
     """The llama-cpp-python wheel for ``cmake``, compiled now unless cached."""
-    cache = Path(os.environ.get("QUANTDESK_WHEEL_CACHE", BUILD / "wheels")) / wheel_key(cmake)
+    cache = Path(os.environ.get("QUANTDESK_WHEEL_CACHE", BUILD / "wheels")) / \
+        llama_cmake_args.wheel_key(cmake)
     wheels = sorted(cache.glob("llama_cpp_python-*.whl"))
     if wheels:
         step(f"Using the cached llama-cpp-python wheel {wheels[-1]}")
@@ -103,14 +96,30 @@ def llama_wheel(python: Path, cmake: list[str]) -> Path:
     return sorted(cache.glob("llama_cpp_python-*.whl"))[-1]
 
 
-def install_app(python: Path, wheel: Path) -> None:
+#: CUDA 12 runtime libraries a CUDA build bundles (hooks/hook-llama_cpp.py collects them).
+CUDA_RUNTIME_WHEELS = ["nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12"]
+
+
+def install_app(python: Path, wheel: Path, backend: str) -> None:
     """llama-cpp-python from the wheel, then QuantDesk and its runtime dependencies."""
     step("Installing QuantDesk and its runtime dependencies into the build environment")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     run(pip + ["--force-reinstall", "--no-deps", wheel])
+    if backend == "cuda":
+        run(pip + CUDA_RUNTIME_WHEELS)
     # Not editable: the bundle takes the installed package and its metadata (the app reads
     # its version from it). --no-build-isolation would miss setuptools' pin; keep isolation.
-    run(pip + [ROOT, PYINSTALLER])
+    # Build-only tools, never imported by the app (so never frozen into it): Pillow turns
+    # the rendered icon into .ico/.icns, dmgbuild makes the macOS disk image.
+    tools = {"win32": ["pillow"], "darwin": ["pillow", "dmgbuild"]}.get(sys.platform, [])
+    run(pip + [ROOT, PYINSTALLER, *tools])
+
+
+def render_icons(python: Path) -> None:
+    """The .ico/.icns the Windows and macOS executables carry (Linux uses the SVG)."""
+    if sys.platform in ("win32", "darwin"):
+        step("Rendering the app icon")
+        run([python, HERE / "render_icons.py", BUILD / "icons"])
 
 
 def git_commit() -> str:
@@ -187,9 +196,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cmake = llama_cmake_args.cmake_args(args.backend, portable=True)
     python = make_build_env()
-    install_app(python, llama_wheel(python, cmake))
+    install_app(python, llama_wheel(python, cmake), args.backend)
     info = write_build_info(python, args.backend, cmake)
+    render_icons(python)
     bundle = freeze(python)
+    # The packers call build tools installed in the build environment (dmgbuild).
+    os.environ["PATH"] = str(venv_python(BUILD / "venv").parent) + os.pathsep + os.environ["PATH"]
     outputs = [] if args.no_pack else pack(bundle, info, args.formats.split(","))
 
     step(f"Done in {time.monotonic() - started:.0f} s ({args.backend} backend)")

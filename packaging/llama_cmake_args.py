@@ -34,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import platform
 import shutil
@@ -63,6 +64,9 @@ PORTABLE_X86_LEVEL = "x86-64-v3 (AVX, AVX2, FMA, F16C, BMI2; no AVX-512, no AMX)
 PORTABLE_CUDA_ARCHITECTURES = "61;70;75;80;86;89;90-virtual"
 
 BACKENDS = ("cpu", "cuda", "metal", "vulkan")
+
+#: The llama-cpp-python release every build uses (install.sh and build.py read it here).
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 
 
 def cpu_flags() -> set[str]:
@@ -121,13 +125,35 @@ def cmake_args(backend: str | None = None, portable: bool = False) -> list[str]:
     return cpu_args(portable) + backend_args(backend or default_backend(), portable)
 
 
+def wheel_key(args: list[str]) -> str:
+    """Cache key of a llama-cpp-python wheel built with ``args``.
+
+    install.sh and build.py keep their wheels in ``build/wheels/<key>/``: when this CPU's
+    options equal the portable ones (as on CI's machines), build.py reuses the wheel
+    install.sh compiled instead of compiling llama.cpp a second time.
+    """
+    text = "\n".join([LLAMA_CPP_PYTHON, " ".join(args), sys.platform, platform.machine(),
+                      f"cp{sys.version_info.major}{sys.version_info.minor}"])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=BACKENDS, help="default: QUANTDESK_GPU or detected")
     parser.add_argument("--portable", action="store_true",
                         help="baseline SIMD set for other computers instead of this CPU's")
+    parser.add_argument("--wheel-key", action="store_true",
+                        help="print the wheel cache key of these options instead")
+    parser.add_argument("--requirement", action="store_true",
+                        help="print the llama-cpp-python requirement instead")
     args = parser.parse_args(argv)
-    print(" ".join(cmake_args(args.backend, args.portable)))
+    chosen = cmake_args(args.backend, args.portable)
+    if args.requirement:
+        print(LLAMA_CPP_PYTHON)
+    elif args.wheel_key:
+        print(wheel_key(chosen))
+    else:
+        print(" ".join(chosen))
     return 0
 
 

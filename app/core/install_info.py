@@ -69,7 +69,8 @@ def bundle_dir() -> Optional[Path]:
 
 
 def _read_kind(executable_dir: Path, data_dir: Path) -> str:
-    for folder in (executable_dir, data_dir):
+    # A macOS app keeps it in Contents/Resources: Contents/MacOS may hold only signed code.
+    for folder in (executable_dir, data_dir, executable_dir.parent / "Resources"):
         try:
             word = (folder / INSTALL_KIND_FILE).read_text(encoding="utf-8").strip()
         except OSError:
