@@ -153,12 +153,17 @@ def write_build_info(python: Path, backend: str, cmake: list[str]) -> dict:
     return info
 
 
-def freeze(python: Path) -> Path:
-    """Run PyInstaller on the spec; return the bundle folder (or ``.app`` on macOS)."""
+def freeze(python: Path, clean: bool = False) -> Path:
+    """Run PyInstaller on the spec; return the bundle folder (or ``.app`` on macOS).
+
+    Without ``clean``, PyInstaller reuses its analysis in ``build/pyinstaller`` when no
+    input changed (minutes saved on a re-run; a fresh clone has none to reuse).
+    """
     step("Freezing with PyInstaller (onedir: QuantDesk + the quantdesk CLI, one bundle)")
     started = time.monotonic()
-    run([python, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
-         "--distpath", DIST, "--workpath", BUILD / "pyinstaller", HERE / "quantdesk.spec"])
+    run([python, "-m", "PyInstaller", "--noconfirm", *(["--clean"] if clean else []),
+         "--log-level", "WARN", "--distpath", DIST, "--workpath", BUILD / "pyinstaller",
+         HERE / "quantdesk.spec"])
     print(f"    frozen in {time.monotonic() - started:.0f} s", flush=True)
     return DIST / ("QuantDesk.app" if sys.platform == "darwin" else "QuantDesk")
 
@@ -192,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="deb,tar",
                         help="Linux only: which of deb,tar to make (default: both)")
     parser.add_argument("--no-pack", action="store_true", help="freeze only")
+    parser.add_argument("--clean", action="store_true",
+                        help="make PyInstaller analyse everything again instead of reusing")
     args = parser.parse_args(argv)
     started = time.monotonic()
 
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     install_app(python, llama_wheel(python, cmake), args.backend)
     info = write_build_info(python, args.backend, cmake)
     render_icons(python)
-    bundle = freeze(python)
+    bundle = freeze(python, args.clean)
     # The packers call build tools installed in the build environment (dmgbuild).
     os.environ["PATH"] = str(venv_python(BUILD / "venv").parent) + os.pathsep + os.environ["PATH"]
     outputs = [] if args.no_pack else pack(bundle, info, args.formats.split(","))

@@ -7,9 +7,7 @@ Order matters:
    process, and a frozen child is this same executable started with
    ``--multiprocessing-fork``; freeze_support (patched by PyInstaller's runtime hook to
    work on every OS) turns that start into the engine child instead of a second app.
-2. Undo the bootloader's ``LD_LIBRARY_PATH`` in ``os.environ`` so that programs QuantDesk
-   or Qt start (file manager, browser) load their own libraries, not the bundle's.
-3. Numba (when a build has it) caches compiled kernels beside a module's source by
+2. Numba (when a build has it) caches compiled kernels beside a module's source by
    default; the bundle is read-only (``/opt/quantdesk``), so kernels go to the app's
    cache folder unless ``NUMBA_CACHE_DIR`` says otherwise.
 """
@@ -21,9 +19,8 @@ import sys
 if __name__ == "__main__":
     multiprocessing.freeze_support()
 
-    from app.core.system_programs import restore_process_environment
-
-    restore_process_environment()
+    # os.environ keeps the bootloader's LD_LIBRARY_PATH (the engine child needs it);
+    # programs of the system are started through app.core.system_programs instead.
     if "NUMBA_CACHE_DIR" not in os.environ:
         from app.core.paths import app_paths
 

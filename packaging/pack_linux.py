@@ -107,8 +107,19 @@ def owning_package(path: str) -> str | None:
     return None
 
 
+def package_for_soname(soname: str) -> str | None:
+    """Debian's package name for a library the build machine lacks, by Debian policy
+    §8.1: ``libfoo.so.1`` is in ``libfoo1``, ``libfoo2.so.1`` in ``libfoo2-1``."""
+    match = re.fullmatch(r"(lib[\w+.-]*?)\.so\.(\d+)(?:\.\d+)*", soname)
+    if match is None:
+        return None
+    name, major = match.group(1).lower().replace("_", "-"), match.group(2)
+    return f"{name}-{major}" if name[-1].isdigit() else f"{name}{major}"
+
+
 def system_dependencies(bundle: Path, files: list[Path]) -> tuple[list[str], list[str]]:
-    """The packages the bundle needs from the system, and sonames nobody provides."""
+    """The packages the bundle needs from the system, and sonames whose package is only
+    guessed from the name (the build machine does not have them installed)."""
     bundled = {p.name for p in bundle.rglob("*.so*")}
     wanted: set[str] = set()
     for path in files:
@@ -120,8 +131,9 @@ def system_dependencies(bundle: Path, files: list[Path]) -> tuple[list[str], lis
     for soname in external:
         package = owning_package(known[soname]) if soname in known else None
         if package is None:
-            unresolved.append(soname)
-        elif package != "libc6":
+            package = package_for_soname(soname)
+            unresolved.append(f"{soname} -> {package}")
+        if package is not None and package != "libc6":
             packages.add(package.split(":")[0])  # drop the ":amd64" multiarch suffix
     return sorted(packages | set(DLOPENED_PACKAGES)), unresolved
 
@@ -173,7 +185,8 @@ def build_deb(bundle: Path, info: dict, dist: Path) -> Path:
     print(f"    {len(files)} ELF files; newest glibc symbol needed: GLIBC_{glibc} "
           f"({glibc_file.relative_to(bundle)})", flush=True)
     if unresolved:
-        print(f"    warning: no system package found for {', '.join(unresolved)}", flush=True)
+        print(f"    not installed here, package guessed from the name: {', '.join(unresolved)}",
+              flush=True)
     depends = [f"libc6 (>= {glibc})", *packages]
     installed_kib = sum(p.stat().st_size for p in stage.rglob("*")
                         if p.is_file() and not p.is_symlink()) // 1024

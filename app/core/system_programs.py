@@ -3,14 +3,17 @@
 Why a module for this: in the frozen Linux app, PyInstaller's bootloader points
 ``LD_LIBRARY_PATH`` at the bundle (and keeps the user's value in ``LD_LIBRARY_PATH_ORIG``).
 A system program started with that environment — ``xdg-open``, Nautilus, Firefox — loads
-*our* bundled libstdc++, Qt, OpenSSL or glib instead of its own and crashes or misbehaves.
-Every external program therefore starts with :func:`system_environment`, and the GUI
-calls :func:`open_in_file_manager` / :func:`open_with_default_app` rather than
-``subprocess`` or ``QDesktopServices`` directly. :func:`restore_process_environment`
-fixes ``os.environ`` itself once at start-up (``packaging/entry.py``), so that programs
-Qt starts on its own (``QDesktopServices.openUrl`` runs ``xdg-open``) are safe too; the
-running process keeps its libraries, because the dynamic loader reads
-``LD_LIBRARY_PATH`` only when a process starts.
+*our* bundled Qt, OpenSSL or ICU instead of its own and crashes or misbehaves. Every
+external program therefore starts with :func:`system_environment`: the GUI calls
+:func:`open_in_file_manager` / :func:`open_with_default_app` rather than ``subprocess``
+or ``QDesktopServices.openUrl`` (which would start ``xdg-open`` with the bundle's
+environment).
+
+``os.environ`` itself is left as the bootloader made it, on purpose: the engine child
+process is this same executable, and the bootloader marks the environment it has set up
+(``_PYI_*`` variables), so a child started with the library path removed but the marks
+kept would not set it up again and could not find the bundled libraries (found by the
+clean-Debian smoke test: libllama failed to load libgomp in the engine process).
 
 Qt-free.
 """
@@ -80,23 +83,6 @@ def _undo_bootloader(env: MutableMapping[str, str], bundle: str) -> None:
                 env[name] = os.pathsep.join(kept)
             else:
                 del env[name]
-
-
-def restore_process_environment() -> None:
-    """Undo the bootloader's library path in ``os.environ`` (frozen app, once at start).
-
-    Only the loader variables: Qt's own search paths must stay until Qt has started;
-    :func:`system_environment` removes those for the programs QuantDesk starts.
-    """
-    bundle = _bundle_dir()
-    if bundle is None:
-        return
-    for name in BOOTLOADER_VARIABLES:
-        original = os.environ.pop(f"{name}_ORIG", None)
-        if original is not None:
-            os.environ[name] = original
-        elif name in os.environ:
-            del os.environ[name]  # set by the bootloader, not by the user
 
 
 def start_system_program(args: Sequence[str], what: str) -> subprocess.Popen:

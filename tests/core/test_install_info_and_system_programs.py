@@ -77,13 +77,6 @@ def test_outside_a_bundle_the_environment_is_unchanged(monkeypatch):
     assert sp.system_environment()["LD_LIBRARY_PATH"] == "/somewhere"
 
 
-def test_restore_process_environment_in_a_frozen_process(fake_bundle, monkeypatch):
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_bundle / "_internal"))
-    monkeypatch.delenv("LD_LIBRARY_PATH_ORIG", raising=False)
-    sp.restore_process_environment()
-    assert "LD_LIBRARY_PATH" not in os.environ
-
-
 def test_a_missing_program_is_a_sentence(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(QuantDeskError, match="xdg-open is not installed"):
