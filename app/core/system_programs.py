@@ -65,24 +65,29 @@ def _inside(value: str, bundle: str) -> bool:
         os.path.abspath(value) == os.path.abspath(bundle)
 
 
+def _drop_bundle_entries(env: MutableMapping[str, str], name: str, bundle: str) -> None:
+    """Remove the bundle's folders from a search-path variable; drop it when empty."""
+    kept = [p for p in env[name].split(os.pathsep) if p and not _inside(p, bundle)]
+    if kept:
+        env[name] = os.pathsep.join(kept)
+    else:
+        del env[name]
+
+
 def _undo_bootloader(env: MutableMapping[str, str], bundle: str) -> None:
     for name in BOOTLOADER_VARIABLES:
         original = env.pop(f"{name}_ORIG", None)
         if original is not None:
             env[name] = original
         elif name in env:
-            kept = [p for p in env[name].split(os.pathsep) if p and not _inside(p, bundle)]
-            if kept:
-                env[name] = os.pathsep.join(kept)
-            else:
-                del env[name]
+            _drop_bundle_entries(env, name, bundle)
     for name in PATH_LIKE_VARIABLES:
         if name in env:
-            kept = [p for p in env[name].split(os.pathsep) if p and not _inside(p, bundle)]
-            if kept:
-                env[name] = os.pathsep.join(kept)
-            else:
-                del env[name]
+            _drop_bundle_entries(env, name, bundle)
+    # The bootloader's own marks: another PyInstaller-built program must not take them
+    # for its own and skip setting itself up.
+    for name in [n for n in env if n.startswith("_PYI_") or n == "_MEIPASS2"]:
+        del env[name]
 
 
 def start_system_program(args: Sequence[str], what: str) -> subprocess.Popen:

@@ -63,7 +63,8 @@ def test_doctor_reports_the_installation():
 def test_system_environment_undoes_the_bootloader(tmp_path):
     bundle = str(tmp_path / "QuantDesk" / "_internal")
     env = {"LD_LIBRARY_PATH": f"{bundle}:/usr/local/lib", "LD_LIBRARY_PATH_ORIG": "/usr/local/lib",
-           "QT_PLUGIN_PATH": f"{bundle}/PySide6/Qt/plugins", "PATH": "/usr/bin", "HOME": "/h"}
+           "QT_PLUGIN_PATH": f"{bundle}/PySide6/Qt/plugins", "PATH": "/usr/bin", "HOME": "/h",
+           "_PYI_APPLICATION_HOME_DIR": bundle, "_PYI_PARENT_PROCESS_LEVEL": "1"}
     clean = sp.system_environment(env, bundle)
     assert clean == {"LD_LIBRARY_PATH": "/usr/local/lib", "PATH": "/usr/bin", "HOME": "/h"}
     # No saved value: the bootloader's entries go, anything else the user set stays.
