@@ -164,8 +164,15 @@ def freeze(python: Path, clean: bool = False) -> Path:
     run([python, "-m", "PyInstaller", "--noconfirm", *(["--clean"] if clean else []),
          "--log-level", "WARN", "--distpath", DIST, "--workpath", BUILD / "pyinstaller",
          HERE / "quantdesk.spec"])
+    bundle = DIST / ("QuantDesk.app" if sys.platform == "darwin" else "QuantDesk")
+    # Packages shipped with their .py sources (for numba's cache, see the spec): a .py
+    # beside a .pyc is imported from source, compiled at every start, unless __pycache__
+    # holds its bytecode. tar and dpkg keep the mtimes that bytecode is checked against.
+    for package in bundle.rglob("quantize"):
+        if (package / "__init__.py").exists():
+            run([python, "-m", "compileall", "-q", package])
     print(f"    frozen in {time.monotonic() - started:.0f} s", flush=True)
-    return DIST / ("QuantDesk.app" if sys.platform == "darwin" else "QuantDesk")
+    return bundle
 
 
 def pack(bundle: Path, info: dict, formats: list[str]) -> list[Path]:

@@ -83,9 +83,8 @@ mount_chroot() {
     mount --bind /tmp/.X11-unix "$CHROOT/tmp/.X11-unix"   # the host's Xvfb, as a desktop's display
     cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
 }
-as_user() {  # as_user CMD...: run in the chroot as the new user with an empty environment
-    chroot --userspec="$USER_NAME:$USER_NAME" "$CHROOT" /usr/bin/env -i "$@"
-}
+# Run in the chroot as the new user with an empty environment: "${AS_USER[@]}" VAR=... CMD ...
+AS_USER=(chroot --userspec="$USER_NAME:$USER_NAME" "$CHROOT" /usr/bin/env -i)
 USER_ENV=(HOME="/home/$USER_NAME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8)
 
 debian_mirror() {  # the Debian archive this machine's apt uses (deb.debian.org otherwise)
@@ -226,8 +225,8 @@ check_window() {  # check_window LABEL CMD...: window on Xvfb, timed, screenshot
 declare -A STARTUP
 
 step "the .deb as a new user"
-check_cli deb "installed (.deb)" as_user "${USER_ENV[@]}" quantdesk
-check_window deb as_user "${USER_ENV[@]}" DISPLAY="$DISPLAY_NUM" /opt/quantdesk/QuantDesk
+check_cli deb "installed (.deb)" "${AS_USER[@]}" "${USER_ENV[@]}" quantdesk
+check_window deb "${AS_USER[@]}" "${USER_ENV[@]}" DISPLAY="$DISPLAY_NUM" /opt/quantdesk/QuantDesk
 
 step "menu entry and .gguf file type"
 DESKTOP_FILE=$(ls "$CHROOT"/usr/share/applications/*QuantDesk*.desktop)
@@ -244,12 +243,12 @@ note "apt-get remove: /opt/quantdesk and /usr/bin/quantdesk gone"
 
 # ---------------------------------------------------------------- 4. the .tar.gz
 step "the .tar.gz unpacked in the user's home, run with env -i"
-as_user "${USER_ENV[@]}" sh -c "mkdir -p ~/apps && tar -xzf /tmp/$(basename "$TARBALL") -C ~/apps"
+"${AS_USER[@]}" "${USER_ENV[@]}" sh -c "mkdir -p ~/apps && tar -xzf /tmp/$(basename "$TARBALL") -C ~/apps"
 PORTABLE="/home/$USER_NAME/apps/QuantDesk"
 ldd_check "$PORTABLE"
 # env -i with nothing at all: no HOME, no PATH, no LANG.
-check_cli tar "portable (.tar.gz)" chroot --userspec="$USER_NAME:$USER_NAME" "$CHROOT" /usr/bin/env -i "$PORTABLE/quantdesk"
-check_window tar as_user DISPLAY="$DISPLAY_NUM" "$PORTABLE/QuantDesk"
+check_cli tar "portable (.tar.gz)" "${AS_USER[@]}" "$PORTABLE/quantdesk"
+check_window tar "${AS_USER[@]}" DISPLAY="$DISPLAY_NUM" "$PORTABLE/QuantDesk"
 
 # ---------------------------------------------------------------- 5. the source install
 step "source install start-up, for comparison"
@@ -257,8 +256,9 @@ SOURCE_HOME=$(mktemp -d)
 check_window source /usr/bin/env -i HOME="$SOURCE_HOME" PATH=/usr/bin:/bin DISPLAY="$DISPLAY_NUM" \
     "$DEV_PYTHON" -m app.cli
 rm -rf "$SOURCE_HOME"
-step ""
+step "summary"
 
 note "start-up to a visible window (median of 3): frozen .deb ${STARTUP[deb]} s, frozen .tar.gz ${STARTUP[tar]} s, source ${STARTUP[source]} s (goal: frozen <= 1.5 s)"
 remove_chroot
+STEP_NAME=""
 note "smoke test passed in $((SECONDS - T0)) s"
