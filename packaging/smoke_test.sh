@@ -89,8 +89,9 @@ USER_ENV=(HOME="/home/$USER_NAME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 
 debian_mirror() {  # the Debian archive this machine's apt uses (deb.debian.org otherwise)
     local url
-    url=$(grep -hoE 'https?://[^ ]*debian[^ ]*' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
-          | grep -v -e security -e debian-security | head -1 || true)
+    # Active entries only ("deb URL ..." lines, "URIs: URL" in deb822 files), not comments.
+    url=$(grep -hE '^\s*(deb\s|URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
+          | grep -oE 'https?://[^ ]*debian[^ ]*' | grep -v -e security | head -1 || true)
     echo "${url:-http://deb.debian.org/debian}"
 }
 
