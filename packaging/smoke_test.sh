@@ -205,8 +205,9 @@ check_cli() {  # check_CLI LABEL EXPECTED_KIND CMD...: doctor, chat, quantize
 
 start_xvfb() {
     local n
-    for n in $(seq 90 140); do [[ -e /tmp/.X11-unix/X$n || -e /tmp/.X$n-lock ]] || break; done
-    Xvfb ":$n" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
+    for n in $(seq 190 240); do [[ -e /tmp/.X11-unix/X$n || -e /tmp/.X$n-lock ]] || break; done
+    # -noreset: the server stays as it is when the last client leaves between launches.
+    Xvfb ":$n" -screen 0 1280x800x24 -nolisten tcp -noreset >"$SMOKE/xvfb.log" 2>&1 &
     XVFB_PID=$!
     DISPLAY_NUM=":$n"
     for _ in $(seq 100); do [[ -e /tmp/.X11-unix/X$n ]] && return; sleep 0.1; done
@@ -217,6 +218,11 @@ start_xvfb
 check_window() {  # check_window LABEL CMD...: window on Xvfb, timed, screenshot kept
     local label="$1"; shift
     local out
+    if ! kill -0 "$XVFB_PID" 2>/dev/null; then  # seen once on a busy shared machine
+        echo "    Xvfb $DISPLAY_NUM has gone ($(tail -3 "$SMOKE/xvfb.log" | tr '\n' ' ')); starting another"
+        start_xvfb
+        set -- "${@/DISPLAY=:*/DISPLAY=$DISPLAY_NUM}"
+    fi
     out=$("$DEV_PYTHON" packaging/window_check.py --display "$DISPLAY_NUM" --runs 3 \
           --shot "$ARTIFACTS/window-$label.png" -- "$@" 2>&1) \
         || { echo "$out"; fail "$label: the window did not open"; }
