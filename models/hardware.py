@@ -24,7 +24,7 @@ _DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}
 
 # CPU flags worth a line in a bug report: the ones ggml's kernels are chosen by.
 _INTERESTING_FLAGS = (
-    "sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+    "sse3", "ssse3", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl",
     "avx512_vnni", "avx512_bf16", "avx512vbmi", "avx_vnni", "amx_tile", "amx_int8",
     "amx_bf16", "neon", "asimd", "sve", "dotprod", "i8mm",
 )

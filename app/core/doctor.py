@@ -36,6 +36,24 @@ def package_versions() -> Section:
     return rows
 
 
+def install_section() -> Section:
+    """How QuantDesk was installed: source checkout, portable bundle, .deb...; and for a
+    bundle, the llama.cpp build it carries and whether this CPU can run it."""
+    from app.core.install_info import install_info, missing_cpu_flags
+    from models import hardware
+
+    info = install_info()
+    rows = [("Installed as", info.description), ("Location", str(info.location))]
+    if info.build:
+        rows.append(("Bundle build", info.backend_text()))
+        missing = missing_cpu_flags(set(hardware.cpu_flags()), info)
+        if missing:
+            rows.append(("Problem", f"this CPU lacks {', '.join(missing)}, which this build of "
+                                    "llama.cpp needs; models will not run. Install from source "
+                                    "(packaging/install.sh) to build for this CPU."))
+    return rows
+
+
 def system_section() -> Section:
     """OS, CPU and its features, RAM."""
     from models import hardware
@@ -90,6 +108,7 @@ def folders_section() -> Section:
 
 SECTIONS: list[tuple[str, Callable[[], Section]]] = [
     ("Versions", package_versions),
+    ("Installation", install_section),
     ("System", system_section),
     ("llama.cpp", llama_section),
     ("Folders", folders_section),

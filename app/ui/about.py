@@ -24,10 +24,20 @@ def llama_version_text() -> str:
     return f"llama-cpp-python {py_version} (backends: {backends})"
 
 
+def install_text() -> str:
+    """How QuantDesk was installed, with a bundle's llama.cpp build."""
+    from app.core.install_info import install_info
+
+    info = install_info()
+    build = f"; {info.backend_text()}" if info.build else ""
+    return f"{info.description}{build}"
+
+
 def about_text() -> str:
     """Plain-text lines shown in the About box."""
     return (
         f"{APP_NAME} {__version__}\n"
+        f"Installed as: {install_text()}\n"
         f"llama.cpp: {llama_version_text()}\n"
         f"Qt {qVersion()} (PySide6 {PySide6.__version__})"
     )

@@ -1,0 +1,89 @@
+"""Windows installer of the frozen bundle: ``packaging/windows/quantdesk.nsi`` via makensis.
+
+On Windows (the release workflow) it first puts the OpenMP runtime ``vcomp140.dll`` next to
+llama.cpp's ``ggml-cpu.dll``: llama.cpp's CPU backend is built with OpenMP under MSVC, and
+a computer without the Visual C++ redistributable has no vcomp140.dll, so the engine would
+not load. llama_cpp adds ``llama_cpp\\lib`` to the DLL search path, so the copy there is
+found. The DLL comes from the MSVC toolset's redistributable folder
+(``VCToolsRedistDir``, set by the Developer Command Prompt) or ``QUANTDESK_VCOMP``.
+
+On Linux, ``python packaging/pack_windows.py --standin dist/QuantDesk`` compiles the same
+script against the Linux bundle, uncompressed, only to check its syntax (the smoke test
+does this); the result is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NSI = HERE / "windows" / "quantdesk.nsi"
+
+
+def find_vcomp() -> Path | None:
+    """vcomp140.dll from ``QUANTDESK_VCOMP`` or the MSVC redistributable folders."""
+    if os.environ.get("QUANTDESK_VCOMP"):
+        return Path(os.environ["QUANTDESK_VCOMP"])
+    patterns = []
+    if os.environ.get("VCToolsRedistDir"):
+        patterns.append(os.path.join(os.environ["VCToolsRedistDir"], "x64", "Microsoft.VC*.OpenMP",
+                                     "vcomp140.dll"))
+    patterns.append(r"C:\Program Files*\Microsoft Visual Studio\*\*\VC\Redist\MSVC\*\x64"
+                    r"\Microsoft.VC*.OpenMP\vcomp140.dll")
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return Path(found[-1])
+    return None
+
+
+def makensis(bundle: Path, version: str, backend: str, out: Path, standin: bool) -> None:
+    args = ["makensis", "-V2", f"-DVERSION={version}", f"-DBUNDLE={bundle}",
+            f"-DOUTFILE={out}", f"-DBACKEND={backend}"]
+    if standin:
+        args.append("-DSTANDIN=1")
+    if shutil.which(args[0]) is None:
+        raise SystemExit("makensis is not installed (Windows: choco install nsis; "
+                         "Debian: apt-get install nsis).")
+    subprocess.run([*args, str(NSI)], check=True)
+
+
+def build_installer(bundle: Path, info: dict, dist: Path) -> Path:
+    """``dist/QuantDesk-<version>-windows-x64-<backend>-setup.exe``."""
+    print("==> Packing the Windows installer (NSIS)", flush=True)
+    lib = bundle / "_internal" / "llama_cpp" / "lib"
+    if not (lib / "vcomp140.dll").exists():
+        vcomp = find_vcomp()
+        if vcomp is None:
+            raise SystemExit("vcomp140.dll (OpenMP runtime) not found: run from a Developer "
+                             "Command Prompt or set QUANTDESK_VCOMP to its path.")
+        shutil.copy2(vcomp, lib / "vcomp140.dll")
+    out = dist / f"QuantDesk-{info['app_version']}-windows-x64-{info['backend']}-setup.exe"
+    makensis(bundle, info["app_version"], info["backend"], out, standin=False)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Compile the NSIS script.")
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--standin", action="store_true",
+                        help="check the script against a non-Windows bundle; output deleted")
+    args = parser.parse_args()
+    out = HERE.parent / "build" / "QuantDesk-standin-setup.exe"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    makensis(args.bundle.resolve(), "0.0.0", "cpu", out, standin=args.standin)
+    print(f"makensis compiled {NSI.name}: {out.stat().st_size / 2**20:.0f} MiB "
+          f"({'stand-in payload, removed' if args.standin else 'kept'})")
+    if args.standin:
+        out.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
