@@ -22,8 +22,6 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -336,26 +334,3 @@ class Library:
         with self._db() as db:
             db.execute("DELETE FROM models WHERE path = ?", (model.path,))
         return deleted
-
-
-def reveal_command(path: Path, platform: str = sys.platform) -> list[str]:
-    """The command that shows ``path`` selected in the OS file manager."""
-    path = Path(path)
-    if platform == "win32":
-        return ["explorer", f"/select,{path}"]
-    if platform == "darwin":
-        return ["open", "-R", str(path)]
-    if shutil.which("gdbus"):  # freedesktop FileManager1 selects the file (Nautilus, Dolphin...)
-        return ["gdbus", "call", "--session", "--dest", "org.freedesktop.FileManager1",
-                "--object-path", "/org/freedesktop/FileManager1",
-                "--method", "org.freedesktop.FileManager1.ShowItems", f"['{path.resolve().as_uri()}']", ""]
-    return ["xdg-open", str(path.parent if path.is_file() else path)]
-
-
-def reveal(path: Path) -> None:
-    """Open the file manager at ``path`` without waiting for it."""
-    try:
-        subprocess.Popen(reveal_command(path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError as exc:
-        raise QuantDeskError(f"No file manager could be opened for {path} ({exc.strerror}).",
-                             f"Open the folder {Path(path).parent} yourself.") from exc

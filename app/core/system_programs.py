@@ -119,6 +119,25 @@ def _install_hint(program: str) -> str:
     return f"Install {program}, or open it yourself."
 
 
+def reveal_command(path: Path | str, platform: str = sys.platform) -> list[str]:
+    """The command that shows ``path`` in the OS file manager, a file selected in its folder.
+
+    On Linux the freedesktop ``FileManager1`` D-Bus call selects the file (Nautilus,
+    Dolphin, Nemo...); without ``gdbus``, ``xdg-open`` opens its folder.
+    """
+    target = Path(path)
+    if platform == "win32":
+        return ["explorer", f"/select,{target}"] if target.is_file() else ["explorer", str(target)]
+    if platform == "darwin":
+        return ["open", "-R", str(target)] if target.is_file() else ["open", str(target)]
+    if target.is_file() and shutil.which("gdbus", path=system_environment().get("PATH")):
+        return ["gdbus", "call", "--session", "--dest", "org.freedesktop.FileManager1",
+                "--object-path", "/org/freedesktop/FileManager1",
+                "--method", "org.freedesktop.FileManager1.ShowItems",
+                f"['{target.resolve().as_uri()}']", ""]
+    return ["xdg-open", str(target if target.is_dir() else target.parent)]
+
+
 def open_in_file_manager(path: Path | str) -> subprocess.Popen:
     """Show ``path`` in the file manager: a folder opened, a file selected in its folder.
 
@@ -129,14 +148,7 @@ def open_in_file_manager(path: Path | str) -> subprocess.Popen:
     if not target.exists():
         raise QuantDeskError(f"{target} does not exist any more.",
                              "It may have been moved or deleted; refresh the list.")
-    if sys.platform == "darwin":
-        return start_system_program(["open", "-R", str(target)] if target.is_file()
-                                    else ["open", str(target)], "open the folder")
-    if sys.platform == "win32":
-        return start_system_program(["explorer", f"/select,{target}"] if target.is_file()
-                                    else ["explorer", str(target)], "open the folder")
-    folder = target if target.is_dir() else target.parent
-    return start_system_program(["xdg-open", str(folder)], "open the folder")
+    return start_system_program(reveal_command(target), "open the folder")
 
 
 def open_with_default_app(path_or_url: Path | str) -> subprocess.Popen:

@@ -12,7 +12,8 @@ from gguf import GGUFReader, LlamaFileType
 from app.core.errors import QuantDeskError
 from app.core.paths import app_paths
 from models.gguf_header import read_gguf_header
-from models.library import Library, quant_name, reveal_command
+from app.core.system_programs import reveal_command
+from models.library import Library, quant_name
 from tests.models.library_gguf import write_gguf
 
 
@@ -136,3 +137,5 @@ def test_quant_names_and_reveal_commands(tmp_path):
     assert reveal_command(f, "darwin") == ["open", "-R", str(f)]
     linux = reveal_command(f, "linux")
     assert linux[0] in ("gdbus", "xdg-open") and (f.as_uri() in linux[-2] or linux[-1] == str(tmp_path))
+    assert reveal_command(tmp_path, "linux") == ["xdg-open", str(tmp_path)]
+    assert reveal_command(tmp_path, "darwin") == ["open", str(tmp_path)]

@@ -186,10 +186,10 @@ class LibraryPanel(QWidget):
         model = self.selected()
         if model is None:
             return
-        from models.library import reveal
+        from app.core.system_programs import open_in_file_manager
 
         try:
-            reveal(Path(model.path))
+            open_in_file_manager(Path(model.path))
         except QuantDeskError as exc:
             self.banner.show_message(exc.user_message, level="error")
 

@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
     QPushButton, QSpinBox, QWidget,
@@ -147,9 +146,15 @@ class SettingsPage(Page):
                                  "import them from the Library if you want them listed.", level="info")
 
     def open_folder(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-            self.banner.show_message(f"No file manager could be opened for {folder}.", level="warning")
+        from app.core.system_programs import open_in_file_manager
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            open_in_file_manager(folder)
+        except OSError as exc:
+            self.banner.show_message(f"QuantDesk cannot create {folder} ({exc.strerror}).", level="error")
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="warning")
 
     # ----------------------------------------------------------------- hub
     def _hub_box(self) -> QGroupBox:

@@ -63,7 +63,7 @@ def test_library_lists_sorts_filters_and_acts(qtbot, window, tiny_ggufs, tmp_pat
     assert library.select_path(str(Path(inside).resolve()))
     assert not library.buttons["Quantize"].isEnabled()  # already quantized
     revealed = []
-    monkeypatch.setattr("models.library.reveal", revealed.append)
+    monkeypatch.setattr("app.core.system_programs.open_in_file_manager", revealed.append)
     library.buttons["Show in folder"].click()
     assert revealed == [Path(inside).resolve()]
     opened = []
