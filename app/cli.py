@@ -47,14 +47,31 @@ def version_text() -> str:
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
+    open_path = getattr(args, "open_path", None)
     if not has_display():
+        if open_path:
+            print(f"{APP_NAME}: no display was found, so the window cannot open {open_path} here. "
+                  f"To chat in the terminal, run `quantdesk chat {open_path}`; to quantize, "
+                  f"`quantdesk quantize {open_path} --type Q4_K_M`.", file=sys.stderr)
+            return 2
         from app.commands import doctor
 
         print(NO_DISPLAY_MESSAGE, flush=True)
         return doctor.run(args)
     from app.ui.application import run_gui
 
-    return run_gui()
+    return run_gui(initial_path=open_path)
+
+
+def open_path_argument(argv: Sequence[str], commands: set[str]) -> Optional[str]:
+    """The path in ``quantdesk PATH`` (a file manager's "Open with"), else ``None``.
+
+    A first argument that is neither an option nor a command's name is a path to open in
+    the window; when a file manager passes several, the first is opened.
+    """
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        return argv[0]
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
+    parser.set_defaults(commands=set(sub.choices))
     return parser
 
 
@@ -75,7 +93,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``quantdesk`` console script."""
     from app.core.logs import setup_logging
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    open_path = open_path_argument(argv, parser.get_default("commands"))
+    args = parser.parse_args([] if open_path else argv)
+    args.open_path = open_path
     if args.version:
         print(version_text())
         return 0

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Optional
 
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import APP_NAME, __version__
-from assets import icon_path, style_sheet
+from app.core.preferences import Preferences
+from app.ui.theme import apply_theme
+from assets import icon_path
 
 
 def create_application(argv: list[str] | None = None) -> QApplication:
@@ -19,15 +23,26 @@ def create_application(argv: list[str] | None = None) -> QApplication:
     app.setApplicationVersion(__version__)
     app.setOrganizationName(APP_NAME)
     app.setWindowIcon(QIcon(str(icon_path())))
-    app.setStyleSheet(style_sheet())
+    apply_theme(_theme_preference(), app)
     return app  # type: ignore[return-value]
 
 
-def run_gui() -> int:
-    """Show the main window and run the event loop until it closes."""
+def _theme_preference() -> str:
+    from app.core.errors import QuantDeskError
+
+    try:
+        return str(Preferences().get("theme", "system"))
+    except QuantDeskError:
+        return "system"
+
+
+def run_gui(initial_path: Optional[str | Path] = None) -> int:
+    """Show the main window (opening ``initial_path`` in it) and run the event loop."""
     from app.ui.main_window import MainWindow
 
     app = create_application()
-    window = MainWindow()
+    window = MainWindow(initial_path=Path(initial_path) if initial_path else None)
     window.show()
+    window.raise_()
+    window.activateWindow()
     return app.exec()

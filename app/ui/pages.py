@@ -1,25 +1,54 @@
-"""The four places of the app: Chat, Models, Quantize, Settings.
+"""The four places of the app — Chat, Models, Quantize, Settings — and their base class.
 
-Each page is its own widget so that later work (the chat view, the model library and
-Hub search, the drop-to-quantize panel, settings) replaces one class without touching
-the window.
+Each page lives in its own folder (``app/ui/chat/``, ``app/ui/models/``,
+``app/ui/quantize/``, ``app/ui/settings/``) so that work on one page never touches the
+window or another page. The window talks to a page only through :class:`Page`'s hooks.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.core.errors import QuantDeskError
+
 
 class Page(QWidget):
-    """A titled page with a one-line description of what it is for."""
+    """A place in the window. Subclasses set :attr:`title` and override the hooks they need.
+
+    Hooks the window calls:
+        open_path(path): the window's one "open this path" entry routed ``path`` here
+            (see :mod:`app.core.open_path`).
+        on_shown(): the page became the one on screen.
+        shutdown(): the window is closing; stop workers, leave nothing half-done.
+    """
 
     title = ""
-    summary = ""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(f"page-{self.title.lower()}")
+
+    def open_path(self, path: Path) -> None:
+        """Open ``path`` on this page; pages that take no paths refuse with a sentence."""
+        raise QuantDeskError(f"The {self.title} page does not open files such as {Path(path).name}.")
+
+    def on_shown(self) -> None:
+        """Called each time the page comes on screen."""
+
+    def shutdown(self) -> None:
+        """Called once when the window closes."""
+
+
+class PlaceholderPage(Page):
+    """A titled page with a one-line description, for a place not built yet."""
+
+    summary = ""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(32, 28, 32, 28)
         heading = QLabel(self.title)
@@ -31,31 +60,17 @@ class Page(QWidget):
         body = QLabel(self.summary)
         body.setWordWrap(True)
         body.setObjectName("pageSummary")
+        body.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         layout.addWidget(heading)
         layout.addWidget(body)
         layout.addStretch(1)
-        body.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
 
 
-class ChatPage(Page):
-    title = "Chat"
-    summary = "Talk to a model running on this computer. Conversations are kept on disk."
+def page_classes() -> tuple[type[Page], ...]:
+    """The pages in sidebar order (imported here, after :class:`Page` exists)."""
+    from app.ui.chat.page import ChatPage
+    from app.ui.models.page import ModelsPage
+    from app.ui.quantize.page import QuantizePage
+    from app.ui.settings.page import SettingsPage
 
-
-class ModelsPage(Page):
-    title = "Models"
-    summary = "Search the Hugging Face Hub, download models, and see what is on this computer."
-
-
-class QuantizePage(Page):
-    title = "Quantize"
-    summary = ("Drop a safetensors folder or a GGUF file here to convert it and quantize it "
-               "(F16, BF16, Q8_0, Q4_K_M and the other llama.cpp types).")
-
-
-class SettingsPage(Page):
-    title = "Settings"
-    summary = "Folders, GPU offload, threads and context defaults."
-
-
-PAGES: tuple[type[Page], ...] = (ChatPage, ModelsPage, QuantizePage, SettingsPage)
+    return (ChatPage, ModelsPage, QuantizePage, SettingsPage)

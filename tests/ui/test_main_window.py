@@ -6,7 +6,7 @@ from PySide6.QtCore import qVersion
 from app import __version__
 from app.ui.application import create_application
 from app.ui.main_window import MainWindow
-from app.ui.pages import PAGES
+from app.ui.pages import page_classes
 
 PLACES = ["Chat", "Models", "Quantize", "Settings"]
 
@@ -17,7 +17,7 @@ def test_four_places_are_present_and_navigable(qtbot):
     window.show()
     assert window.windowTitle() == "QuantDesk"
     assert [window.nav.item(i).text() for i in range(window.nav.count())] == PLACES
-    assert [p.title for p in PAGES] == PLACES
+    assert [p.title for p in page_classes()] == PLACES
     assert window.current_page().title == "Chat"
     for row, title in enumerate(PLACES):
         window.nav.setCurrentRow(row)

@@ -68,7 +68,7 @@ def test_real_window_opens_and_is_screenshotted(xvfb_display, isolated_home):
         window_id = found.stdout.split()[0]
         geometry = subprocess.run([xdotool, "getwindowgeometry", window_id], env=env,
                                   capture_output=True, text=True, timeout=10).stdout
-        assert "Geometry: 1100x720" in geometry, geometry
+        assert "Geometry: 1180x760" in geometry, geometry
         time.sleep(1.5)  # let the first paint land before grabbing the screen
 
         artifacts = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))

@@ -1,0 +1,1 @@
+"""The Chat page: conversations with a model running in the engine process."""

@@ -1,0 +1,1 @@
+"""The Quantize page: convert and quantize a model dropped on the window."""

@@ -1,0 +1,1 @@
+"""The Settings page: folders, the Hub token and endpoint, theme, default load settings."""

@@ -1,0 +1,73 @@
+"""The one rule for what a path handed to QuantDesk means (command line and drops)."""
+
+from pathlib import Path
+
+import pytest
+
+from app.cli import open_path_argument
+from app.core.errors import QuantDeskError
+from app.core.open_path import CHAT, QUANTIZE, is_unquantized_gguf, route_path
+from tests.models.library_gguf import write_gguf
+
+
+def test_quantized_gguf_goes_to_chat_wherever_it_is_dropped(tmp_path):
+    model = write_gguf(tmp_path / "m-Q4_K_M.gguf", file_type=15)
+    assert not is_unquantized_gguf(model)
+    for page in (None, "Chat", "Models", "Quantize"):
+        route = route_path(model, page)
+        assert (route.page, route.path) == (CHAT, model.resolve())
+
+
+def test_unquantized_gguf_goes_to_quantize_only_from_the_quantize_page(tmp_path):
+    for file_type in (0, 1, 32):  # F32, F16, BF16
+        model = write_gguf(tmp_path / f"m-{file_type}.gguf", file_type=file_type)
+        assert is_unquantized_gguf(model)
+        assert route_path(model, "Quantize").page == QUANTIZE
+        assert route_path(model, "Chat").page == CHAT
+        assert route_path(model, None).page == CHAT
+
+
+def test_checkpoint_files_and_folders_go_to_quantize_as_their_folder(tmp_path):
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    for name in ("model.safetensors", "config.json", "model.safetensors.index.json",
+                 "pytorch_model.bin"):
+        (folder / name).write_bytes(b"{}")
+        route = route_path(folder / name, "Chat")
+        assert (route.page, route.path) == (QUANTIZE, folder.resolve())
+    assert route_path(folder).path == folder.resolve()
+
+
+def test_missing_and_foreign_paths_are_sentences(tmp_path):
+    with pytest.raises(QuantDeskError, match="does not exist"):
+        route_path(tmp_path / "nope.gguf")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    with pytest.raises(QuantDeskError, match="neither a GGUF model file nor a Hugging Face"):
+        route_path(notes)
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not gguf at all")
+    assert route_path(broken, "Chat").page == CHAT  # the Chat page reports the load error
+    with pytest.raises(QuantDeskError):
+        route_path(broken, "Quantize")  # the header must be read to decide: a sentence
+
+
+def test_command_line_path_argument():
+    commands = {"chat", "doctor", "quantize"}
+    assert open_path_argument(["model.gguf"], commands) == "model.gguf"
+    assert open_path_argument(["a.gguf", "b.gguf"], commands) == "a.gguf"
+    assert open_path_argument(["chat", "model.gguf"], commands) is None
+    assert open_path_argument(["--version"], commands) is None
+    assert open_path_argument([], commands) is None
+
+
+def test_open_path_without_display_says_what_to_run(tmp_path, capsys, monkeypatch):
+    from app import cli
+
+    model = write_gguf(tmp_path / "m.gguf")
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cli.sys, "platform", "linux")
+    assert cli.main([str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "no display" in err and f"quantdesk chat {model}" in err
