@@ -132,6 +132,13 @@ class TranscriptView(QTextBrowser):
         cursor.insertHtml(f'<span style="font-size:small; color:{colour or self._quiet()}">'
                           f"{html.escape(text)}</span>")
 
+    def append_message(self, message) -> None:
+        """Add one finished message at the end."""
+        follow = self.at_bottom()
+        self._append_message(self.writer().cursor_at_end(), message)
+        if follow:
+            self.scroll_to_bottom()
+
     def _append_message(self, cursor: QTextCursor, message) -> None:
         self._contents[message.seq] = message.content
         self._header(cursor, message.role, message.seq, message.versions, message.version)
