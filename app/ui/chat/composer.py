@@ -38,14 +38,16 @@ class MessageBox(QPlainTextEdit):
             return
         super().keyPressEvent(event)
 
+    @staticmethod
+    def _is_file(source: QMimeData) -> bool:
+        return source.hasUrls() and any(url.isLocalFile() for url in source.urls())
+
     def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 - Qt
-        return False if source.hasUrls() and not source.hasText() else \
-            super().canInsertFromMimeData(source)
+        return not self._is_file(source) and super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt
-        if source.hasUrls() and any(url.isLocalFile() for url in source.urls()):
-            return  # a file is opened by the window, never pasted as its URL
-        super().insertFromMimeData(source)
+        if not self._is_file(source):  # a file is opened by the window, never pasted as a URL
+            super().insertFromMimeData(source)
 
 
 class Composer(QWidget):

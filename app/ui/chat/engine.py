@@ -61,6 +61,11 @@ class ChatEngine(QObject):
         self.model_path: Optional[Path] = None
         self.settings = None  # the LoadSettings of the last successful load
         self.report = None
+        self._owns_client = True
+
+    def use_client(self, client) -> None:
+        """Use an engine that someone else owns and stops (tests share one process)."""
+        self._client, self._owns_client = client, False
 
     @property
     def client(self):
@@ -174,5 +179,5 @@ class ChatEngine(QObject):
     def shutdown(self) -> None:
         """Stop any reply and the engine process (the window is closing)."""
         self.stop()
-        if self._client is not None:
+        if self._client is not None and self._owns_client:
             self._client.shutdown()
