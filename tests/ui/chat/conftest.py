@@ -22,6 +22,8 @@ def open_chat_window(qtbot, model=None, max_tokens=24, client=None):
     window = MainWindow()
     qtbot.addWidget(window)
     window.show()
+    window.activateWindow()  # shortcuts need the window active
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     page = window.show_page("Chat")
     page.ensure_started()
     if client is not None:
