@@ -11,6 +11,7 @@ to generate, and a crash of the engine ends one reply, not the window.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -31,6 +32,7 @@ class ReplyOutcome:
     reply: object
     error: Optional[QuantDeskError] = None
     crashed: bool = False
+    finished_at: float = 0.0  # perf_counter when the worker received the last event
 
     @property
     def text(self) -> str:
@@ -139,10 +141,10 @@ class ChatEngine(QObject):
                 for delta in reply:
                     buffer.append(delta)  # list.append is atomic; the GUI takes them
             except EngineCrashed as exc:
-                return ReplyOutcome(reply, exc, crashed=True)
+                return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter())
             except QuantDeskError as exc:
-                return ReplyOutcome(reply, exc)
-            return ReplyOutcome(reply)
+                return ReplyOutcome(reply, exc, finished_at=time.perf_counter())
+            return ReplyOutcome(reply, finished_at=time.perf_counter())
 
         worker = JobWorker(job)
         worker.signals.finished.connect(self._reply_finished)

@@ -27,7 +27,7 @@ from app.ui.chat.composer import Composer
 from app.ui.chat.engine import ChatEngine, ReplyOutcome
 from app.ui.chat.side_panel import SidePanel
 from app.ui.chat.sidebar import ConversationListModel, ConversationSidebar
-from app.ui.chat.transcript import TranscriptView
+from app.ui.chat.transcript import SHOWN_AT_FIRST, TranscriptView
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
 from app.ui.worker import JobWorker
@@ -47,6 +47,7 @@ class ChatPage(Page):
         super().__init__(parent)
         self.store = None
         self.started = False
+        self._start_scheduled = False
         self.engine = ChatEngine(self)
         self.engine.loaded.connect(self._loaded)
         self.engine.load_failed.connect(self._load_failed)
@@ -141,14 +142,21 @@ class ChatPage(Page):
         self._restore_splitter()
         self._add_file_actions()
         self._run(self._scan_library, self.panel.models.set_library)
+        from app.ui.chat.markdown import warm_up
+
+        self._run(warm_up, lambda _: None, lambda _: None)
+        self.transcript.warm_up()
 
     def on_shown(self) -> None:
-        self.ensure_started()
         self.focus_message_box()
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt
-        super().showEvent(event)
-        QTimer.singleShot(0, self.ensure_started)
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt
+        super().paintEvent(event)
+        if not self.started and not self._start_scheduled:
+            # After the first paint: the window is on screen and typing works before
+            # the history, the library and the settings sections (numpy...) load.
+            self._start_scheduled = True
+            QTimer.singleShot(0, self.ensure_started)
 
     def _run(self, job, on_done, on_failed=None) -> JobWorker:
         """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread."""
@@ -313,7 +321,7 @@ class ChatPage(Page):
     def _reload_branch(self, limit_all: bool = False) -> None:
         if self.store is not None and self.stored:
             self.branch = self.store.branch(self.conversation_id)
-        self.transcript.set_messages(self.branch, limit=None if limit_all else 120)
+        self.transcript.set_messages(self.branch, limit=None if limit_all else SHOWN_AT_FIRST)
 
     def _rename(self, conversation_id: str, title: str) -> None:
         try:

@@ -24,7 +24,7 @@ from models.engine.options import ChatOptions
 from models.engine.settings import ALL_LAYERS, KV_CACHE_HELP, KV_CACHE_TYPES, LoadSettings
 
 BATCH_SIZES = (64, 128, 256, 512, 1024, 2048)
-_VERDICT_COLOURS = {"fits": "#1a7f37", "tight": "#9a6700", "won't fit": "#cf222e"}
+_VERDICT_COLOURS = {"fits": "ok", "tight": "tight", "won't fit": "bad"}  # theme colour names
 
 
 class LoadSettingsForm(QWidget):
@@ -149,7 +149,9 @@ class LoadSettingsForm(QWidget):
             return
         verdict = judge_fit(prediction, self._ram, self._vram)
         vram = f", VRAM {human_size(prediction.vram)}" if prediction.vram else ""
-        colour = _VERDICT_COLOURS[verdict.verdict]
+        from app.ui.theme import color
+
+        colour = color(_VERDICT_COLOURS[verdict.verdict])
         self.verdict.setText(f'<b style="color:{colour}">{verdict.verdict.capitalize()}</b>: '
                              f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.")
         self.verdict.setProperty("verdict", verdict.verdict)

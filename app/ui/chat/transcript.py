@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QTextBrowser
 from app.ui.chat.facts import facts_line
 from app.ui.chat.markdown import CODE_ANCHOR, DocumentWriter, stable_length
 
-SHOWN_AT_FIRST = 120  # messages rendered when a conversation opens; earlier ones on request
+SHOWN_AT_FIRST = 60  # messages rendered when a conversation opens; earlier ones on request
 ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
 
 
@@ -60,6 +60,25 @@ class TranscriptView(QTextBrowser):
         self.document().setDocumentMargin(16)
 
     # -- building -----------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Render and paint a small sample once, off screen, before any reply: Qt's first
+        Markdown parse and the first glyphs of each font cost ~30 ms, a stall otherwise
+        seen at the start of the first reply."""
+        from PySide6.QtGui import QImage, QPainter, QTextDocument
+
+        from app.ui.chat.markdown import DocumentWriter
+
+        document = QTextDocument()
+        document.setDefaultFont(self.document().defaultFont())
+        writer = DocumentWriter(document, self._dark(), {})
+        writer.append(writer.cursor_at_end(), "# A\n\n## B\n\n**b** *i* `c` [l](https://a.b)\n\n"
+                                              "| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = 1\n```\n")
+        document.setTextWidth(400)
+        image = QImage(400, 300, QImage.Format.Format_ARGB32)
+        painter = QPainter(image)
+        document.drawContents(painter)
+        painter.end()
 
     def _dark(self) -> bool:
         return self.palette().color(QPalette.ColorRole.Base).lightness() < 128
@@ -158,8 +177,9 @@ class TranscriptView(QTextBrowser):
         from app.ui.chat.markdown import Segment
 
         valid = stats.get("valid")
-        good = "#1a7f37" if not self._dark() else "#3fb950"
-        bad = "#cf222e" if not self._dark() else "#f85149"
+        from app.ui.theme import color
+
+        good, bad = color("ok"), color("bad")
         badge = "✓ valid JSON" if valid else f"✗ invalid JSON: {stats.get('validation_error', '')}"
         self._append_note(cursor, badge, good if valid else bad)
         self.writer().append_code(cursor, Segment(pretty_json(text), "json"))
