@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from PySide6.QtCore import QObject, Signal
+from shiboken6 import isValid
 
 from app.core.errors import QuantDeskError
 from app.ui.worker import JobWorker
@@ -102,8 +103,9 @@ class ChatEngine(QObject):
             return client.load(path, settings)
 
         worker = JobWorker(job)
-        worker.signals.finished.connect(lambda rep: self._load_finished(rep, settings))
-        worker.signals.failed.connect(self._load_error)
+        worker.signals.finished.connect(
+            lambda rep: isValid(self) and self._load_finished(rep, settings))
+        worker.signals.failed.connect(lambda message: isValid(self) and self._load_error(message))
         self._load_job = worker
         worker.start()
 
@@ -147,9 +149,9 @@ class ChatEngine(QObject):
             return ReplyOutcome(reply, finished_at=time.perf_counter())
 
         worker = JobWorker(job)
-        worker.signals.finished.connect(self._reply_finished)
-        worker.signals.failed.connect(
-            lambda message: self._reply_finished(ReplyOutcome(reply, QuantDeskError(message))))
+        worker.signals.finished.connect(lambda outcome: isValid(self) and self._reply_finished(outcome))
+        worker.signals.failed.connect(lambda message: isValid(self) and self._reply_finished(
+            ReplyOutcome(reply, QuantDeskError(message))))
         self._reply, self._reply_job = reply, worker
         worker.start()
 

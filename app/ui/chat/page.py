@@ -20,6 +20,7 @@ from typing import Optional
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from shiboken6 import isValid
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
 from app.core.errors import QuantDeskError
@@ -48,6 +49,7 @@ class ChatPage(Page):
         self.store = None
         self.started = False
         self._start_scheduled = False
+        self._closing = False
         self.engine = ChatEngine(self)
         self.engine.loaded.connect(self._loaded)
         self.engine.load_failed.connect(self._load_failed)
@@ -119,12 +121,14 @@ class ChatPage(Page):
 
     def ensure_started(self) -> None:
         """Open the conversation history and scan the library (once, when first needed)."""
-        if self.started:
+        if self.started or self._closing:
             return
         self.started = True
         from app.core.conversations import ConversationStore, new_conversation_id
 
         self.panel.build_sections()
+        if not self.panel.sections:
+            return
         self.panel.load_form.apply_button.clicked.connect(self.apply_load_settings)
         self.panel.sampling.save_preset.clicked.connect(self._save_preset)
         self.panel.sampling.changed.connect(self._save_settings_timer.start)
@@ -156,7 +160,7 @@ class ChatPage(Page):
             # After the first paint: the window is on screen and typing works before
             # the history, the library and the settings sections (numpy...) load.
             self._start_scheduled = True
-            QTimer.singleShot(0, self.ensure_started)
+            QTimer.singleShot(0, self, self.ensure_started)  # dropped if the page goes
 
     def _run(self, job, on_done, on_failed=None) -> JobWorker:
         """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread."""
@@ -165,11 +169,13 @@ class ChatPage(Page):
 
         def done(result):
             self._jobs.discard(worker)
-            on_done(result)
+            if isValid(self):  # the window may have closed meanwhile
+                on_done(result)
 
         def failed(message):
             self._jobs.discard(worker)
-            (on_failed or (lambda m: self.banner.show_message(m, "error")))(message)
+            if isValid(self):
+                (on_failed or (lambda m: self.banner.show_message(m, "error")))(message)
 
         worker.signals.finished.connect(done)
         worker.signals.failed.connect(failed)
@@ -216,6 +222,11 @@ class ChatPage(Page):
         self.panel.model_picker.setCurrentIndex(row)
         self.load_model(Path(path))
         self.focus_message_box()
+
+    @property
+    def model_path(self) -> Optional[Path]:
+        """The model loaded or being loaded."""
+        return self.engine.model_path
 
     def _model_chosen(self, _row: int) -> None:
         path = self.panel.current_model()
@@ -624,6 +635,7 @@ class ChatPage(Page):
 
     def shutdown(self) -> None:
         """The window is closing: stop the reply and the engine, remember the layout."""
+        self._closing = True
         self._tick.stop()
         if self._save_settings_timer.isActive():
             self._save_settings_timer.stop()

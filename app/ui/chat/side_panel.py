@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
+from shiboken6 import isValid
 from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -100,11 +101,10 @@ class SidePanel(QScrollArea):
         self._layout = layout
         self.sections = {}
         self.setWidget(body)
-        self.setMinimumWidth(280)
 
     def build_sections(self) -> None:
         """Build the settings sections (once; after the window is on screen)."""
-        if self.sections:
+        if self.sections or not isValid(self._layout):  # built, or the window is going away
             return
         from superqt import QCollapsible
 
