@@ -169,6 +169,10 @@ class DocumentWriter:
     def new_block(self, cursor: QTextCursor, top_margin: float = 0) -> None:
         """Start a fresh, plainly formatted block at the end."""
         block = QTextBlockFormat()
+        if self.document.isEmpty():  # the document's first block: use it, no gap above
+            cursor.setBlockFormat(block)
+            cursor.setCharFormat(QTextCharFormat())
+            return
         if top_margin:
             block.setTopMargin(top_margin)
         cursor.insertBlock(block, QTextCharFormat())

@@ -251,9 +251,19 @@ class ChatPage(Page):
         self._run(lambda: _machine_facts(path), lambda facts: self.panel.load_form.set_machine(*facts),
                   lambda message: self.panel.load_form.verdict.setText(message))
 
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt
+        """A theme switch re-renders the transcript (code colours follow the background)."""
+        from PySide6.QtCore import QEvent
+
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self.started and not self._closing \
+                and not self.engine.streaming and self.branch:
+            self._reload_branch()
+
     def _loaded(self, report) -> None:
         from app.core import model_settings
 
+        log.info("chat: model loaded: %s", report.summary())
         if self._pending_load is not None:
             path, self._pending_load = self._pending_load, None
             return self.load_model(path)

@@ -122,7 +122,7 @@ class SidePanel(QScrollArea):
                                         ("Sampling", self.sampling, False),
                                         ("System prompt", self.system_prompt, False),
                                         ("Structured output", self.json_mode, False)):
-            section = QCollapsible(title)
+            section = QCollapsible(title, expandedIcon="▾", collapsedIcon="▸")
             section.addWidget(widget)
             if expanded:
                 section.expand(animate=False)
