@@ -269,8 +269,8 @@ class ChatPage(Page):
             return self.load_model(path)
         self.panel.progress.hide()
         template = report.template
-        note = "" if "preset" not in template.lower() else \
-            f" This model has no chat template of its own; QuantDesk uses the {template}."
+        note = "" if template == "the model's own" else \
+            f" This model has no chat template of its own; QuantDesk formats the chat with its {template} preset."
         self.panel.status.setText(f"Loaded in {report.load_seconds:.1f} s. {report.summary()}.{note}")
         try:
             model_settings.remember_load_settings(report.path, report.settings)

@@ -184,6 +184,14 @@ class SamplingForm(QWidget):
         self.stop = QLineEdit()
         self.stop.setPlaceholderText("none (separate several with |)")
         self.stop.setAccessibleName("Stop strings")
+        self.speculative = QComboBox()
+        self.speculative.setAccessibleName("Speculative decoding")
+        for label, mode in (("off", "off"), ("prompt lookup", "prompt_lookup"),
+                            ("draft model", "draft_model")):
+            self.speculative.addItem(label, mode)
+        self.speculative.setToolTip("Guess several tokens and check them in one pass: the reply "
+                                    "is the same, often faster. The draft model is set in the "
+                                    "load settings.")
         self.preset_name = QLineEdit()
         self.preset_name.setPlaceholderText("preset name")
         self.save_preset = QPushButton("Save preset")
@@ -199,6 +207,7 @@ class SamplingForm(QWidget):
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Stop strings", self.stop)
+        form.addRow("Speculative", self.speculative)
         form.addRow(row)
         self.reload_presets()
         self.preset.activated.connect(self._preset_chosen)
@@ -245,7 +254,8 @@ class SamplingForm(QWidget):
                        top_p=round(self.top_p.value(), 2), top_k=self.top_k.value(),
                        min_p=round(self.min_p.value(), 2), repeat_penalty=round(self.repeat.value(), 2),
                        seed=int(seed) if seed.isdigit() else None, max_tokens=self.max_tokens.value(),
-                       stop=tuple(s for s in self.stop.text().split("|") if s))
+                       stop=tuple(s for s in self.stop.text().split("|") if s),
+                       speculative=self.speculative.currentData())
 
 
 class JsonModeForm(QWidget):

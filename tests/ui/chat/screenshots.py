@@ -33,15 +33,6 @@ Math stays readable: $e^{i\\pi} + 1 = 0$. More in the [Python docs](https://docs
 """
 
 
-def wait(app, condition, timeout=180.0) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        app.processEvents()
-        time.sleep(0.01)
-        if time.time() > deadline:
-            raise TimeoutError("screenshot step timed out")
-
-
 def settle(app, seconds=0.4) -> None:
     end = time.time() + seconds
     while time.time() < end:
@@ -55,6 +46,7 @@ def main(model: Path, out: Path) -> None:
     from app.ui.application import create_application
     from app.ui.main_window import MainWindow
     from app.ui.theme import apply_theme
+    from tests.benchmarks.bench_chat_gui import wait_until as wait
 
     out.mkdir(parents=True, exist_ok=True)
     Preferences().set("default_load_settings", {"threads": 2, "batch_threads": 2, "context_length": 2048})

@@ -176,3 +176,30 @@ def test_markdown_code_is_highlighted_and_math_kept_verbatim(qtbot):
     assert "font-family:'monospace'" in html or "monospace" in html
     colours = {c for c in ("#008000", "#0000ff", "#00f", "#3d7b7b") if c in html.lower()}
     assert "def" in text and colours, "the code block is not highlighted"
+
+
+def test_the_model_picker_lists_the_library(qtbot, isolated_home):
+    from tests.models.library_gguf import write_gguf
+
+    write_gguf(isolated_home / "models" / "tiny-Q8_0.gguf", name="Tiny", n_ctx=256, file_type=7)
+    write_gguf(isolated_home / "models" / "plain.gguf", name="Plain", template=False)
+    window, page = open_chat_window(qtbot)
+    models = page.panel.models
+    qtbot.waitUntil(lambda: models.rowCount() == 2, timeout=10_000)
+    labels = [models.data(models.index(row)) for row in range(2)]
+    assert any("Tiny" in label and "Q8_0" in label and "256 ctx" in label and "· chat template" in label
+               for label in labels), labels
+    assert any("no chat template" in label for label in labels), labels
+
+
+def test_deleting_a_message_leaves_it_out(qtbot):
+    store = ConversationStore()
+    c = store.create()
+    seqs = store.add_messages(c.id, [{"role": "user", "content": "keep me"},
+                                     {"role": "assistant", "content": "drop me"}])
+    window, page = open_chat_window(qtbot)
+    page.open_conversation(c.id)
+    page.transcript.action.emit("delete", seqs[1])
+    assert [m.content for m in page.branch] == ["keep me"]
+    assert "drop me" not in page.transcript.toPlainText()
+    assert ConversationStore().get(c.id).messages == [{"role": "user", "content": "keep me"}]
