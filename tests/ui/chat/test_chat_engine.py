@@ -180,3 +180,20 @@ def test_killing_the_engine_mid_reply_keeps_the_window_and_the_partial_reply(qtb
     wait_reply(qtbot, page)
     assert page.branch[-1].stats["stop_reason"] in ("stop", "length")
     assert page.branch[-1].content
+
+
+def test_applying_load_settings_reloads_remembers_and_warns_about_saved_states(qtbot, chat,
+                                                                               smollm2_gguf):
+    from app.core.model_settings import load_settings_for
+
+    window, page = chat
+    form = page.panel.load_form
+    qtbot.waitUntil(lambda: "RAM" in form.verdict.text(), timeout=30_000)
+    before = form.verdict.text()
+    form.context.setValue(form.context.value() * 2)  # the verdict follows the slider at once
+    assert form.verdict.text() != before and "Context (2,048)" == form.context_label.text()
+    form.apply_button.click()
+    assert "context length" in page.banner.text()  # saved KV states cannot be reused
+    qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
+    assert page.engine.report.context_length == 2048
+    assert load_settings_for(smollm2_gguf).context_length == 2048  # remembered for this model
