@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal
 from shiboken6 import isValid
 
 from app.core.errors import QuantDeskError
@@ -65,6 +65,10 @@ class ChatEngine(QObject):
         self.settings = None  # the LoadSettings of the last successful load
         self.report = None
         self._owns_client = True
+        # Its own pool: a reply holds a thread for as long as it streams, and must not
+        # wait behind other pages' downloads or quantize jobs on the global pool.
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(2)
 
     def use_client(self, client) -> None:
         """Use an engine that someone else owns and stops (tests share one process)."""
@@ -107,7 +111,7 @@ class ChatEngine(QObject):
             lambda rep: isValid(self) and self._load_finished(rep, settings))
         worker.signals.failed.connect(lambda message: isValid(self) and self._load_error(message))
         self._load_job = worker
-        worker.start()
+        worker.start(self._pool)
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -153,7 +157,7 @@ class ChatEngine(QObject):
         worker.signals.failed.connect(lambda message: isValid(self) and self._reply_finished(
             ReplyOutcome(reply, QuantDeskError(message))))
         self._reply, self._reply_job = reply, worker
-        worker.start()
+        worker.start(self._pool)
 
     def take_text(self) -> str:
         """The text streamed since the last call (called by the GUI's timer)."""
@@ -174,6 +178,11 @@ class ChatEngine(QObject):
         """Stop the reply: llama.cpp stops mid-computation, the text so far is kept."""
         if self._reply is not None:
             self._reply.cancel()
+
+    @property
+    def running_client(self):
+        """The EngineClient when a model is loaded (it deletes saved states itself)."""
+        return self._client if self.ready else None
 
     @property
     def engine_pid(self) -> Optional[int]:

@@ -359,7 +359,7 @@ class ChatPage(Page):
 
     def delete_conversation(self, conversation_id: str) -> None:
         try:
-            self.store.delete(conversation_id, self.engine._client if self.engine.ready else None)
+            self.store.delete(conversation_id, self.engine.running_client)
         except QuantDeskError as exc:
             return self.banner.show_message(exc.user_message, "error")
         self.conversations.refresh()
