@@ -36,3 +36,12 @@ def test_presets_and_fingerprint_changes():
     assert model_settings.fingerprint_changes(old, LoadSettings(gpu_layers=3, threads=4)) == []
     assert model_settings.fingerprint_changes(old, LoadSettings(context_length=1024, flash_attention=True)) \
         == ["context length", "flash attention"]
+
+
+def test_two_preferences_objects_do_not_undo_each_others_keys(tmp_path):
+    window_prefs = Preferences()  # created at start, as the window does
+    model_settings.remember_load_settings(tmp_path / "a.gguf", LoadSettings(context_length=512))
+    window_prefs.set("window_geometry", "abc")  # saved at close, from its old copy
+    again = Preferences()
+    assert again.get("window_geometry") == "abc"
+    assert model_settings.load_settings_for(tmp_path / "a.gguf", again).context_length == 512

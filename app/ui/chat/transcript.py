@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QTextBrowser
 from app.ui.chat.facts import facts_line
 from app.ui.chat.markdown import CODE_ANCHOR, DocumentWriter, stable_length
 
-SHOWN_AT_FIRST = 60  # messages rendered when a conversation opens; earlier ones on request
+SHOWN_AT_FIRST = 40  # messages rendered when a conversation opens; earlier ones on request
 ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
 
 

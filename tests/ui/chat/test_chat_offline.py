@@ -203,3 +203,14 @@ def test_deleting_a_message_leaves_it_out(qtbot):
     assert [m.content for m in page.branch] == ["keep me"]
     assert "drop me" not in page.transcript.toPlainText()
     assert ConversationStore().get(c.id).messages == [{"role": "user", "content": "keep me"}]
+
+
+def test_splitter_sizes_are_restored_in_a_new_window(qtbot):
+    window, page = open_chat_window(qtbot)
+    window.resize(1200, 700)
+    page.splitter.setSizes([300, 500, 250])
+    sizes = page.splitter.sizes()
+    window.close()  # the page remembers its layout
+    window2, page2 = open_chat_window(qtbot)
+    window2.resize(1200, 700)
+    assert page2.splitter.sizes()[0] == sizes[0]
