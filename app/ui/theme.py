@@ -74,6 +74,11 @@ def _palette(scheme: str) -> QPalette:
         palette.setColor(QPalette.ColorRole.ToolTipText, QColor("#e9ecef"))
         palette.setColor(QPalette.ColorRole.PlaceholderText, QColor("#868e96"))
         palette.setColor(QPalette.ColorRole.Link, QColor("#74c0fc"))
+        # Disabled controls must look disabled (a greyed Stop button while nothing streams);
+        # QPalette(QColor) derived them from the light seed, so they read as enabled.
+        for role in (QPalette.ColorRole.ButtonText, QPalette.ColorRole.Text,
+                     QPalette.ColorRole.WindowText):
+            palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#6c757d"))
     colors = COLORS[scheme]
     palette.setColor(QPalette.ColorRole.Highlight, QColor(colors["accent"]))
     palette.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))

@@ -86,6 +86,7 @@ class LoadSettingsForm(QWidget):
         for box in (self.batch, self.kv_k, self.kv_v):
             box.currentIndexChanged.connect(self.update_verdict)
         self.flash.toggled.connect(self.update_verdict)
+        self.set_settings(LoadSettings())
 
     def set_machine(self, header, ram_available: int, vram_available: Optional[int]) -> None:
         """The chosen model's GGUF header and this machine's free memory."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt
+from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer
 from shiboken6 import isValid
 from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
@@ -131,6 +131,20 @@ class SidePanel(QScrollArea):
             self.sections[title] = section
             layout.addWidget(section)
         layout.addStretch(1)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt
+        """Redraw the sections' arrows in the new theme's text colour (superqt paints
+        string icons once, with the palette of the moment)."""
+        from PySide6.QtCore import QEvent
+
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            QTimer.singleShot(0, self, self._repaint_arrows)  # after the children's palettes
+
+    def _repaint_arrows(self) -> None:
+        for section in self.sections.values():
+            section.setExpandedIcon("▾")
+            section.setCollapsedIcon("▸")
 
     def current_model(self) -> Optional[Path]:
         path = self.model_picker.currentData(PATH_ROLE)
