@@ -113,3 +113,16 @@ def test_search_finds_titles_and_message_text():
     assert [c.id for c in store.search("100%")] == [a.id]
     assert [c.id for c in store.search("%")] == [a.id]  # a literal percent sign
     assert len(store.search("")) == 2 and store.search("nothing here") == []
+
+
+def test_chats_show_prints_the_current_branch(capsys):
+    from app.cli import main
+
+    store = ConversationStore()
+    c = store.create()
+    user, _ = store.add_messages(c.id, [{"role": "user", "content": "Pick a number"},
+                                        {"role": "assistant", "content": "Seven"}])
+    store.add_messages(c.id, [{"role": "assistant", "content": "Three"}], parent=user)
+    assert main(["chats", "show", c.id[:8]]) == 0
+    out = capsys.readouterr().out
+    assert "[assistant, version 2/2]\nThree" in out and "Seven" not in out

@@ -16,13 +16,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QObject, QThreadPool, Signal
+from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
 from shiboken6 import isValid
 
 from app.core.errors import QuantDeskError
 from app.ui.worker import JobWorker
 
 log = logging.getLogger(__name__)
+
+
+# Workers in flight, held here rather than by the page: a page (or window) destroyed while a
+# job runs must not take the QRunnable and its signals with it — the pool thread would run
+# on freed memory (a segfault seen when a window closed during a library scan).
+_RUNNING: set[JobWorker] = set()
+_RELEASE_AFTER_MS = 5_000  # well after run() has returned on the pool thread
+
+
+def start_job(worker: JobWorker, pool: Optional[QThreadPool] = None) -> JobWorker:
+    """Start ``worker`` on ``pool`` and keep it alive until a while after it ends."""
+    _RUNNING.add(worker)
+
+    def release(*_args) -> None:
+        QTimer.singleShot(_RELEASE_AFTER_MS, lambda: _RUNNING.discard(worker))
+
+    for signal in (worker.signals.finished, worker.signals.failed, worker.signals.cancelled):
+        signal.connect(release)
+    return worker.start(pool)
 
 
 @dataclass
@@ -111,7 +130,7 @@ class ChatEngine(QObject):
             lambda rep: isValid(self) and self._load_finished(rep, settings))
         worker.signals.failed.connect(lambda message: isValid(self) and self._load_error(message))
         self._load_job = worker
-        worker.start(self._pool)
+        start_job(worker, self._pool)
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -157,7 +176,7 @@ class ChatEngine(QObject):
         worker.signals.failed.connect(lambda message: isValid(self) and self._reply_finished(
             ReplyOutcome(reply, QuantDeskError(message))))
         self._reply, self._reply_job = reply, worker
-        worker.start(self._pool)
+        start_job(worker, self._pool)
 
     def take_text(self) -> str:
         """The text streamed since the last call (called by the GUI's timer)."""

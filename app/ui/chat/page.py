@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QSplitter, QVBoxLayout, QW
 
 from app.core.errors import QuantDeskError
 from app.ui.chat.composer import Composer
-from app.ui.chat.engine import ChatEngine, ReplyOutcome
+from app.ui.chat.engine import ChatEngine, ReplyOutcome, start_job
 from app.ui.chat.side_panel import SidePanel
 from app.ui.chat.sidebar import ConversationListModel, ConversationSidebar
 from app.ui.chat.transcript import SHOWN_AT_FIRST, TranscriptView
@@ -59,7 +59,6 @@ class ChatPage(Page):
         self.branch: list = []
         self.editing = None  # the BranchMessage being edited
         self._reply_parent: Optional[int] = None
-        self._jobs: set[JobWorker] = set()
         self._pending_load: Optional[Path] = None
 
         self.conversations = ConversationListModel()
@@ -163,23 +162,17 @@ class ChatPage(Page):
             QTimer.singleShot(0, self, self.ensure_started)  # dropped if the page goes
 
     def _run(self, job, on_done, on_failed=None) -> JobWorker:
-        """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread."""
+        """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread
+        (skipped when the page has gone meanwhile)."""
         worker = JobWorker(lambda report, token: job())
-        self._jobs.add(worker)
-
-        def done(result):
-            self._jobs.discard(worker)
-            if isValid(self):  # the window may have closed meanwhile
-                on_done(result)
 
         def failed(message):
-            self._jobs.discard(worker)
             if isValid(self):
                 (on_failed or (lambda m: self.banner.show_message(m, "error")))(message)
 
-        worker.signals.finished.connect(done)
+        worker.signals.finished.connect(lambda result: isValid(self) and on_done(result))
         worker.signals.failed.connect(failed)
-        return worker.start()
+        return start_job(worker)
 
     @staticmethod
     def _scan_library():
