@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TICK_MS = 33  # the GUI takes streamed text ~30 times a second
 SPLITTER_KEY = "chat_splitter_sizes"
+SAMPLING_KEY = "chat_sampling"
 
 
 class ChatPage(Page):
@@ -143,6 +144,7 @@ class ChatPage(Page):
         self.conversations.refresh()
         self.conversation_id = new_conversation_id()
         self._restore_splitter()
+        self._restore_sampling()
         self._add_file_actions()
         self._run(self._scan_library, self.panel.models.set_library)
         from app.ui.chat.markdown import warm_up
@@ -196,6 +198,18 @@ class ChatPage(Page):
         sizes = self._preferences().get(SPLITTER_KEY)
         if isinstance(sizes, list) and len(sizes) == 3:
             self.splitter.setSizes([int(s) for s in sizes])
+
+    def _restore_sampling(self) -> None:
+        """New chats start with the sampling last used (``chat_sampling`` preference)."""
+        from app.core.model_settings import apply_preset
+        from models.engine.options import ChatOptions
+
+        saved = self._preferences().get(SAMPLING_KEY)
+        if isinstance(saved, dict):
+            try:
+                self.panel.sampling.set_options(apply_preset(ChatOptions(), saved))
+            except (TypeError, ValueError):
+                log.warning("ignoring unreadable %s preference", SAMPLING_KEY)
 
     @staticmethod
     def _preferences():
@@ -408,6 +422,14 @@ class ChatPage(Page):
         panel.json_mode.check()
 
     def _save_conversation_settings(self) -> None:
+        from app.core.model_settings import sampling_of
+
+        prefs = self._preferences()
+        if prefs:
+            try:
+                prefs.set(SAMPLING_KEY, sampling_of(self.panel.sampling.options()))
+            except QuantDeskError as exc:
+                log.warning("sampling not remembered: %s", exc.user_message)
         if self.store is not None and self.stored:
             try:
                 self.store.set_settings(self.conversation_id, self.conversation_settings())

@@ -12,7 +12,7 @@ def wait_reply(qtbot, page, timeout=120_000) -> None:
     qtbot.waitUntil(lambda: not page.engine.streaming, timeout=timeout)
 
 
-def open_chat_window(qtbot, model=None, max_tokens=24, client=None):
+def open_chat_window(qtbot, model=None, max_tokens=16, client=None):
     """A shown MainWindow on the Chat page; with ``model``, that model loaded (by
     ``client``, an EngineClient to share, or the page's own engine)."""
     from app.core.preferences import Preferences
