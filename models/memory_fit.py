@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -178,9 +178,30 @@ def judge_fit(prediction: MemoryPrediction, ram_available: int,
 
 def fit_on_this_machine(model: Union[Path, GGUFHeader], settings: FitSettings = FitSettings()) -> FitVerdict:
     """:func:`predict_memory` judged against this computer's free RAM and detected VRAM."""
+    prediction = predict_memory(model, settings)
+    return judge_fit(prediction, *free_memory())
+
+
+def free_memory() -> tuple[int, Optional[int]]:
+    """This computer's available RAM and the largest free VRAM of a detected GPU (or ``None``)."""
     from models import hardware
 
-    prediction = predict_memory(model, settings)
     gpus = [d for d in hardware.devices() if d.kind in ("GPU", "integrated GPU")]
     vram = max((d.memory_free for d in gpus), default=None) if gpus else None
-    return judge_fit(prediction, hardware.memory_info().available, vram)
+    return hardware.memory_info().available, vram
+
+
+def fit_of_file_size(n_bytes: int, settings: FitSettings = FitSettings(),
+                     judge: Optional[Callable[[MemoryPrediction], FitVerdict]] = None) -> FitVerdict:
+    """A Hub file's fit judged from its size alone (its header is not on this computer yet).
+
+    The weights are the file's bytes, on the GPU when layers are offloaded, otherwise in
+    RAM; the KV cache and compute buffers are unknown, so the reason says "weights only"
+    and a ``tight`` verdict deserves a look after downloading (the Library then knows).
+    """
+    on_gpu = settings.n_gpu_layers != 0
+    prediction = MemoryPrediction(0 if on_gpu else n_bytes, n_bytes if on_gpu else 0, 0, 0, 0, 0, 0,
+                                  settings.n_ctx)
+    verdict = judge(prediction) if judge is not None else judge_fit(prediction, *free_memory())
+    return FitVerdict(verdict.verdict, prediction, verdict.ram_available, verdict.vram_available,
+                      f"{verdict.reason} (weights only)")

@@ -61,6 +61,7 @@ _ALL = [
     FileType("Q6_K", 18, T.Q6_K, " 6.14G, +0.0217 ppl @ Llama-3-8B"),
     FileType("Q8_0", 7, T.Q8_0, " 7.96G, +0.0026 ppl @ Llama-3-8B"),
     FileType("F16", 1, T.F16, "14.00G, +0.0020 ppl @ Mistral-7B"),
+    FileType("F32", 0, T.F32, "26.00G              @ 7B"),
     FileType("BF16", 32, T.BF16, "14.00G, -0.0050 ppl @ Mistral-7B"),
 ]
 

@@ -9,20 +9,18 @@ types) is printed before any weight is read.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from app.core.errors import QuantDeskError
-
-_FLOAT_SUFFIX = re.compile(r"[-_.](f32|f16|bf16)$", re.IGNORECASE)
+from app.core.quantize_queue import output_path
 
 
 def default_output(input_path: Path, type_name: str) -> Path:
-    """``model-F16.gguf`` → ``model-Q4_K_M.gguf`` beside it; a folder gets it inside."""
-    if input_path.is_dir():
-        return input_path / f"{input_path.name}-{type_name}.gguf"
-    stem = _FLOAT_SUFFIX.sub("", input_path.stem)
-    return input_path.with_name(f"{stem}-{type_name}.gguf")
+    """``model-F16.gguf`` → ``model-Q4_K_M.gguf`` beside it; a folder gets it inside.
+
+    The same rule as the Quantize page's default (:func:`app.core.quantize_queue.output_path`).
+    """
+    return output_path(input_path, type_name)
 
 
 def output_paths(input_path: Path, type_names: list[str], output: str | None) -> list[Path]:
@@ -90,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "quantize", help="quantize a GGUF or Hugging Face folder to Q4_K_M, Q8_0, ... (llama-quantize's types)",
         description="Quantize a model exactly as llama-quantize does. Types: Q4_0, Q4_1, Q5_0, Q5_1, "
-                    "Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16.")
+                    "Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32.")
     parser.add_argument("input", help="an F32/F16/BF16 GGUF file or a Hugging Face safetensors folder")
     parser.add_argument("--type", required=True, help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K")
     parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")

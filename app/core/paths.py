@@ -5,12 +5,17 @@ By default the folders follow each OS's conventions through ``platformdirs`` (e.
 macOS, ``%LOCALAPPDATA%\\QuantDesk`` on Windows). Setting ``QUANTDESK_HOME`` puts every
 folder under that one directory instead: tests use it for isolation, and a portable
 install on a USB disk uses it to keep everything beside the program.
+
+The models folder alone can be moved to another disk from Settings: the preference
+``models_folder`` (in ``config/preferences.json``) then replaces it, whichever way the
+other folders were chosen.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -63,7 +68,28 @@ def app_paths(env: Optional[Mapping[str, str]] = None) -> AppPaths:
     Args:
         env: Environment to read instead of ``os.environ`` (for tests).
     """
-    env = os.environ if env is None else env
+    paths = _default_paths(os.environ if env is None else env)
+    moved = models_folder_preference(paths.config)
+    return replace(paths, models=moved) if moved is not None else paths
+
+
+MODELS_FOLDER_KEY = "models_folder"
+PREFERENCES_FILE = "preferences.json"
+
+
+def models_folder_preference(config: Path) -> Optional[Path]:
+    """The models folder the user chose in Settings (``models_folder`` in the preferences
+    file of ``config``), or ``None``. Read directly, not through
+    :class:`app.core.preferences.Preferences`, which itself needs these paths."""
+    try:
+        data = json.loads((config / PREFERENCES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get(MODELS_FOLDER_KEY) if isinstance(data, dict) else None
+    return Path(value).expanduser() if isinstance(value, str) and value.strip() else None
+
+
+def _default_paths(env: Mapping[str, str]) -> AppPaths:
     home = env.get(HOME_ENV, "").strip()
     if home:
         root = Path(home).expanduser().resolve()

@@ -8,7 +8,8 @@ broken file never stops the app from opening.
 
 Keys in use (each owner documents its values): ``theme`` (``system`` / ``light`` /
 ``dark``), ``window_geometry`` (base64 of Qt's saveGeometry), ``default_load_settings``
-(a dict of :class:`models.engine.settings.LoadSettings` fields), ``hf_endpoint``.
+(a dict of :class:`models.engine.settings.LoadSettings` fields), ``hf_endpoint``,
+``models_folder`` (read by :func:`app.core.paths.app_paths`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
+from app.core.paths import PREFERENCES_FILE, app_paths
 
 log = logging.getLogger(__name__)
 
-FILE_NAME = "preferences.json"
+FILE_NAME = PREFERENCES_FILE
 
 _lock = threading.Lock()
 

@@ -74,11 +74,10 @@ def _palette(scheme: str) -> QPalette:
         palette.setColor(QPalette.ColorRole.ToolTipText, QColor("#e9ecef"))
         palette.setColor(QPalette.ColorRole.PlaceholderText, QColor("#868e96"))
         palette.setColor(QPalette.ColorRole.Link, QColor("#74c0fc"))
-        # Disabled controls must look disabled (a greyed Stop button while nothing streams);
-        # QPalette(QColor) derived them from the light seed, so they read as enabled.
-        for role in (QPalette.ColorRole.ButtonText, QPalette.ColorRole.Text,
-                     QPalette.ColorRole.WindowText):
-            palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#6c757d"))
+        # setColor above set every group, the disabled one too: grey it, or a disabled
+        # button looks as clickable as an enabled one.
+        for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+            palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#6c717a"))
     colors = COLORS[scheme]
     palette.setColor(QPalette.ColorRole.Highlight, QColor(colors["accent"]))
     palette.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))

@@ -10,7 +10,8 @@ snapshots, the result, or the user-facing error sentence back to the GUI thread,
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Optional
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
@@ -52,16 +53,69 @@ class JobWorker(QRunnable):
 
     def run(self) -> None:  # runs on a pool thread
         try:
-            result = self.job(self.signals.progress.emit, self.token)
+            result = self.job(self._progress, self.token)
         except Cancelled:
-            self.signals.cancelled.emit()
+            self._emit(self.signals.cancelled)
         except QuantDeskError as exc:
-            self.signals.failed.emit(exc.user_message)
+            self._emit(self.signals.failed, exc.user_message)
         except Exception as exc:  # a bug: the user still gets a sentence, the log the trace
             log.exception("job failed")
-            self.signals.failed.emit(
-                f"Something went wrong inside QuantDesk ({type(exc).__name__}: {exc}). "
-                "The details are in the log file; please report it."
-            )
+            self._emit(self.signals.failed,
+                       f"Something went wrong inside QuantDesk ({type(exc).__name__}: {exc}). "
+                       "The details are in the log file; please report it.")
         else:
-            self.signals.finished.emit(result)
+            self._emit(self.signals.finished, result)
+
+    def _progress(self, progress: Progress) -> None:
+        self._emit(self.signals.progress, progress)
+
+    @staticmethod
+    def _emit(signal, *args) -> None:
+        """Emit, unless the application is already gone (the window closed while the job
+        ran and Python is tearing Qt down): then the answer has nowhere to go."""
+        try:
+            signal.emit(*args)
+        except RuntimeError:
+            log.debug("a job finished after its signals were deleted; its result is dropped")
+
+
+#: Workers started by :func:`start_job`, by id → (worker, when its final signal arrived or ``None``).
+_ALIVE: dict[int, tuple[JobWorker, Optional[float]]] = {}
+#: How long a finished worker stays referenced. The pool thread still calls the runnable
+#: (``autoDelete()``) just after ``run()`` returns, which can be after the final signal
+#: reached the GUI thread; freeing the Python object then would free the C++ runnable
+#: under the pool's feet (a segfault seen in tests).
+_KEEP_AFTER_FINISH_S = 10.0
+
+
+def _ended(key: int) -> None:
+    if key in _ALIVE:
+        _ALIVE[key] = (_ALIVE[key][0], time.monotonic())
+
+
+def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
+              on_failed: Optional[Callable[[str], None]] = None,
+              on_cancelled: Optional[Callable[[], None]] = None,
+              on_progress: Optional[Callable[[Progress], None]] = None,
+              pool: Optional[QThreadPool] = None) -> JobWorker:
+    """Start ``job`` on a :class:`JobWorker` with its callbacks connected.
+
+    The worker stays referenced until well after its final signal (finished, failed or
+    cancelled), so a page need not hold every worker it starts; it is released on the GUI
+    thread by a later call (the connections hold only its id, so no reference cycle keeps it).
+    """
+    now = time.monotonic()
+    for key, (_worker, ended) in list(_ALIVE.items()):
+        if ended is not None and now - ended > _KEEP_AFTER_FINISH_S:
+            del _ALIVE[key]
+    worker = JobWorker(job)
+    key = id(worker)
+    if on_progress is not None:
+        worker.signals.progress.connect(on_progress)
+    for signal, callback in ((worker.signals.finished, on_finished), (worker.signals.failed, on_failed),
+                             (worker.signals.cancelled, on_cancelled)):
+        if callback is not None:
+            signal.connect(callback)
+        signal.connect(lambda *_args, k=key: _ended(k))
+    _ALIVE[key] = (worker, None)
+    return worker.start(pool)

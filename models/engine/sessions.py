@@ -244,6 +244,19 @@ class SessionStore:
         """Disk used by the session files."""
         return sum(p.stat().st_size for p in self.files() if p.exists())
 
+    def clear(self) -> int:
+        """Delete every saved session (Settings' "clear"); returns the bytes freed.
+
+        Conversations keep their messages; reopening one only re-reads its prompt.
+        """
+        freed = 0
+        for path in self.files():
+            with contextlib.suppress(FileNotFoundError):
+                size = path.stat().st_size
+                path.unlink()
+                freed += size
+        return freed
+
     def evict(self, keep: Optional[Path] = None) -> list[Path]:
         """Delete least recently used files until the folder fits the cap.
 

@@ -78,3 +78,16 @@ def hub_errors(what: str) -> Iterator[None]:
     except httpx2.TransportError as exc:
         raise QuantDeskError(f"QuantDesk could not reach the Hub at {hub_endpoint()} for {what} ({exc}).",
                              "Check the internet connection (and HF_ENDPOINT if you set it).") from exc
+
+
+def probe_hub(timeout: float = 3.0) -> None:
+    """One quick request to the Hub, without the client's retries; raises the offline sentence.
+
+    ``HfApi.list_models`` retries a refused connection five times with backoff (about
+    25 s) before failing. A search that has not answered after a moment runs this probe
+    beside it, so the user hears "could not reach the Hub" in seconds, not half a minute.
+    """
+    from huggingface_hub.utils import get_session
+
+    with hub_errors("a quick check of the connection"):
+        get_session().get(f"{hub_endpoint()}/api/models", params={"limit": 1}, timeout=timeout)

@@ -24,7 +24,7 @@ from app.core.jobs import CancelToken, Progress, ProgressCallback, check
 from app.core.paths import app_paths
 from models.hardware import free_disk_bytes
 from models.hub.auth import resolve_token
-from models.hub.details import HubFileInfo, model_details
+from models.hub.details import HubFileInfo, ModelDetails, model_details
 from models.hub.transfer import (
     RemoteFile, RetryPolicy, discard_partial, fetch_file, local_target, part_path, read_sidecar,
 )
@@ -73,9 +73,16 @@ def plan_pull(spec: str, revision: Optional[str] = None) -> DownloadPlan:
     repo_id, quant = parse_pull_spec(spec)
     details = model_details(repo_id, revision)
     if quant:
-        variant = details.variant(quant)
-    else:
-        variant = details.default_variant()
+        return plan_details(details, quant)
+    variant = details.default_variant()
+    return plan_details(details, variant.quant if variant is not None else None)
+
+
+def plan_details(details: ModelDetails, quant: Optional[str]) -> DownloadPlan:
+    """The download of one variant of ``details`` (all shards), or of its checkpoint when
+    ``quant`` is ``None`` or ``"safetensors"``; the Models page calls this with what it shows."""
+    repo_id = details.repo_id
+    variant = details.variant(quant) if quant and quant != "safetensors" else None
     if variant is not None:
         if not variant.complete:
             raise QuantDeskError(
@@ -157,6 +164,7 @@ def download_plan(plan: DownloadPlan, report: Optional[ProgressCallback] = None,
     """Fetch every file of ``plan`` into the models folder; resumes what is on disk.
 
     Cancellation keeps partial data (that is a pause); :func:`cancel_plan` removes it.
+    An automatic retry after a network fault is reported with stage ``"Retrying"``.
     Returns the local paths, all verified.
     """
     models_dir = Path(models_dir or app_paths().ensure().models)
@@ -176,10 +184,15 @@ def download_plan(plan: DownloadPlan, report: Optional[ProgressCallback] = None,
                 last[0] = now
                 report(Progress(meter.done, meter.total, "Downloading", meter.describe(name)))
 
+        def on_retry(reason: str, wait: float, name: str = name) -> None:
+            if report:
+                report(Progress(meter.done, meter.total, "Retrying",
+                                f"{name}: {reason}; retrying in {wait:.0f} s"))
+
         if _already_there(remote, target):
             on_bytes(remote.size)
         else:
-            fetch_file(remote, target, token, on_bytes, cancel, policy)
+            fetch_file(remote, target, token, on_bytes, cancel, policy, on_retry)
         paths.append(target)
     return paths
 
@@ -210,7 +223,7 @@ class DownloadTask:
     """A plan in the manager's queue, and where it stands."""
 
     plan: DownloadPlan
-    state: str = "queued"  # queued, downloading, paused, cancelled, done, failed
+    state: str = "queued"  # queued, downloading, retrying, paused, cancelled, done, failed
     progress: Optional[Progress] = None
     error: Optional[str] = None
     paths: list[Path] = field(default_factory=list)
@@ -310,6 +323,7 @@ class DownloadManager:
 
             def report(p: Progress, task: DownloadTask = task) -> None:
                 task.progress = p
+                task.state = "retrying" if p.stage == "Retrying" else "downloading"
                 self._notify(task)
 
             try:

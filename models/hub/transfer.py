@@ -187,7 +187,8 @@ def _backoff(policy: RetryPolicy, failures: int, hint: Optional[float]) -> float
 def fetch_file(remote: RemoteFile, target: Path, token: Optional[str],
                on_bytes: Optional[Callable[[int], None]] = None,
                cancel: Optional[CancelToken] = None,
-               policy: RetryPolicy = RetryPolicy()) -> Path:
+               policy: RetryPolicy = RetryPolicy(),
+               on_retry: Optional[Callable[[str, float], None]] = None) -> Path:
     """Download ``remote`` to ``target``, resuming a partial download of the same blob.
 
     Args:
@@ -199,6 +200,8 @@ def fetch_file(remote: RemoteFile, target: Path, token: Optional[str],
         cancel: Stops the transfer at the next chunk; the partial data is kept, so the
             caller decides between pause (keep) and cancel (:func:`discard_partial`).
         policy: Retry limits.
+        on_retry: Called with the reason and the seconds to wait before each automatic
+            retry, so a queue can show "retrying" as a state.
 
     Raises:
         Cancelled: ``cancel`` was set.
@@ -211,6 +214,7 @@ def fetch_file(remote: RemoteFile, target: Path, token: Optional[str],
         part_path(target).unlink(missing_ok=True)  # another blob (repo updated) or no record
     _write_sidecar(target, remote)
     transfer = _Transfer(remote, part_path(target), token, on_bytes, cancel, policy)
+    transfer.on_retry = on_retry
     transfer.run()
     if transfer.hasher.hexdigest().lower() != _expected_digest(remote):
         discard_partial(target)
@@ -231,6 +235,7 @@ class _Transfer:
                  policy: RetryPolicy) -> None:
         self.remote, self.part, self.token = remote, part, token
         self.on_bytes, self.cancel, self.policy = on_bytes, cancel, policy
+        self.on_retry: Optional[Callable[[str, float], None]] = None
         self.url = hf_hub_url(remote.repo_id, remote.path, revision=remote.commit, endpoint=hub_endpoint())
         self.location: Optional[str] = None  # where the bytes are (the CDN), from the metadata
         self.hasher = _new_hasher(remote)
@@ -262,6 +267,8 @@ class _Transfer:
                             "Check the connection and run the download again; it resumes where it stopped.",
                         ) from retry
                     wait = _backoff(self.policy, failures, retry.wait)
+                    if self.on_retry is not None:
+                        self.on_retry(str(retry), wait)
                     if self.cancel is not None:
                         self.cancel.wait(wait)
                     else:

@@ -7,6 +7,7 @@ It answers the endpoints and headers QuantDesk uses, as huggingface.co does:
 - ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{rev}`` (``blobs=True``
   adds sizes and LFS info to ``siblings``).
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]?recursive=...``.
+- ``GET /api/whoami-v2``: the account name of a known token.
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{file}``: ``X-Repo-Commit``, ``ETag`` (git blob
   sha1, or sha256 for LFS files), ``X-Linked-Etag``/``X-Linked-Size`` for LFS files,
   which redirect (302) to a content-addressed ``/cdn/{sha256}`` like the Hub's CDN;
@@ -101,6 +102,7 @@ class Faults:
     retry_after: int = 1
     throttle_bytes_per_s: Optional[int] = None  # slow every file body to this rate
     api_status: Optional[int] = None  # every /api call answers this status
+    api_delay: float = 0.0  # seconds every /api call waits before answering
 
 
 @dataclass
@@ -109,6 +111,7 @@ class HubState:
 
     repos: dict[str, HubRepo] = field(default_factory=dict)
     tokens: dict[str, set[str]] = field(default_factory=dict)  # token → repos it may read
+    users: dict[str, str] = field(default_factory=dict)  # token → account name (whoami)
     faults: Faults = field(default_factory=Faults)
     requests: list[dict] = field(default_factory=list)
     page_size: int = 1000  # the Hub's own cap on one page of /api/models
@@ -179,6 +182,10 @@ class HubHandler(BaseHTTPRequestHandler):
                                     "auth": self._token(), "query": query})
         if path.startswith("/api/") and self.state.faults.api_status:
             return self._error(self.state.faults.api_status, "Error", "injected API failure")
+        if path.startswith("/api/") and self.state.faults.api_delay:
+            time.sleep(self.state.faults.api_delay)  # a slow Hub: the GUI must stay responsive
+        if path == "/api/whoami-v2":
+            return self._whoami()
         if path == "/api/models":
             return self._search(query)
         if match := _TREE.match(path):
@@ -192,6 +199,13 @@ class HubHandler(BaseHTTPRequestHandler):
         self._error(404, "NotFound", f"no route for {path}")
 
     # ---------------------------------------------------------------- API
+    def _whoami(self) -> None:
+        """``/api/whoami-v2``: the account of a known token, 401 otherwise."""
+        token = self._token()
+        if token is None or token not in self.state.tokens:
+            return self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
+        self._json({"type": "user", "name": self.state.users.get(token, "test-user"), "auth": {}})
+
     def _summary(self, repo: HubRepo, expand: list[str]) -> dict:
         full = {"id": repo.repo_id, "modelId": repo.repo_id, "author": repo.repo_id.split("/")[0],
                 "downloads": repo.downloads, "likes": repo.likes, "lastModified": repo.last_modified,

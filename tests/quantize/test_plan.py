@@ -142,9 +142,10 @@ def test_file_type_numbers_and_default_types_are_llama_cpps():
     default_type = getattr(open_lib("libllama"), "_Z28llama_ftype_get_default_type11llama_ftype")
     default_type.restype, default_type.argtypes = ctypes.c_int, [ctypes.c_int]
     for ft in FILE_TYPES.values():
-        assert getattr(L, f"LLAMA_FTYPE_MOSTLY_{ft.name}") == ft.ftype
+        prefix = "LLAMA_FTYPE_ALL_" if ft.name == "F32" else "LLAMA_FTYPE_MOSTLY_"
+        assert getattr(L, f"{prefix}{ft.name}") == ft.ftype
         assert default_type(ft.ftype) == ft.default_type
-    assert len(FILE_TYPES) == 17
+    assert len(FILE_TYPES) == 18
 
 
 def test_type_names_parse_like_llama_quantize():

@@ -1,6 +1,6 @@
 """The chat page's handle on the engine: loads and replies run off the GUI thread.
 
-Both go through :class:`~app.ui.worker.JobWorker` (the one way the GUI runs core work).
+Both go through :func:`~app.ui.worker.start_job` (the one way the GUI runs core work).
 A reply's deltas are collected by the worker thread into a list; the page takes them
 with :meth:`ChatEngine.take_text` from a ~30 Hz timer, so the GUI never handles one
 token at a time and the worker never waits for the GUI. The engine itself is a child
@@ -16,32 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal
 from shiboken6 import isValid
 
 from app.core.errors import QuantDeskError
-from app.ui.worker import JobWorker
+from app.ui.worker import JobWorker, start_job
 
 log = logging.getLogger(__name__)
-
-
-# Workers in flight, held here rather than by the page: a page (or window) destroyed while a
-# job runs must not take the QRunnable and its signals with it — the pool thread would run
-# on freed memory (a segfault seen when a window closed during a library scan).
-_RUNNING: set[JobWorker] = set()
-_RELEASE_AFTER_MS = 5_000  # well after run() has returned on the pool thread
-
-
-def start_job(worker: JobWorker, pool: Optional[QThreadPool] = None) -> JobWorker:
-    """Start ``worker`` on ``pool`` and keep it alive until a while after it ends."""
-    _RUNNING.add(worker)
-
-    def release(*_args) -> None:
-        QTimer.singleShot(_RELEASE_AFTER_MS, lambda: _RUNNING.discard(worker))
-
-    for signal in (worker.signals.finished, worker.signals.failed, worker.signals.cancelled):
-        signal.connect(release)
-    return worker.start(pool)
 
 
 @dataclass
@@ -125,12 +106,9 @@ class ChatEngine(QObject):
         def job(report, token):
             return client.load(path, settings)
 
-        worker = JobWorker(job)
-        worker.signals.finished.connect(
-            lambda rep: isValid(self) and self._load_finished(rep, settings))
-        worker.signals.failed.connect(lambda message: isValid(self) and self._load_error(message))
-        self._load_job = worker
-        start_job(worker, self._pool)
+        self._load_job = start_job(
+            job, on_finished=lambda rep: isValid(self) and self._load_finished(rep, settings),
+            on_failed=lambda message: isValid(self) and self._load_error(message), pool=self._pool)
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -171,12 +149,11 @@ class ChatEngine(QObject):
                 return ReplyOutcome(reply, exc, finished_at=time.perf_counter())
             return ReplyOutcome(reply, finished_at=time.perf_counter())
 
-        worker = JobWorker(job)
-        worker.signals.finished.connect(lambda outcome: isValid(self) and self._reply_finished(outcome))
-        worker.signals.failed.connect(lambda message: isValid(self) and self._reply_finished(
-            ReplyOutcome(reply, QuantDeskError(message))))
-        self._reply, self._reply_job = reply, worker
-        start_job(worker, self._pool)
+        self._reply = reply
+        self._reply_job = start_job(
+            job, on_finished=lambda outcome: isValid(self) and self._reply_finished(outcome),
+            on_failed=lambda message: isValid(self) and self._reply_finished(
+                ReplyOutcome(reply, QuantDeskError(message))), pool=self._pool)
 
     def take_text(self) -> str:
         """The text streamed since the last call (called by the GUI's timer)."""

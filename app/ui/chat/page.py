@@ -25,13 +25,13 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QSplitter, QVBoxLayout, QW
 
 from app.core.errors import QuantDeskError
 from app.ui.chat.composer import Composer
-from app.ui.chat.engine import ChatEngine, ReplyOutcome, start_job
+from app.ui.chat.engine import ChatEngine, ReplyOutcome
 from app.ui.chat.side_panel import SidePanel
 from app.ui.chat.sidebar import ConversationListModel, ConversationSidebar
 from app.ui.chat.transcript import SHOWN_AT_FIRST, TranscriptView
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
-from app.ui.worker import JobWorker
+from app.ui.worker import JobWorker, start_job
 
 log = logging.getLogger(__name__)
 
@@ -166,15 +166,13 @@ class ChatPage(Page):
     def _run(self, job, on_done, on_failed=None) -> JobWorker:
         """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread
         (skipped when the page has gone meanwhile)."""
-        worker = JobWorker(lambda report, token: job())
-
         def failed(message):
             if isValid(self):
                 (on_failed or (lambda m: self.banner.show_message(m, "error")))(message)
 
-        worker.signals.finished.connect(lambda result: isValid(self) and on_done(result))
-        worker.signals.failed.connect(failed)
-        return start_job(worker)
+        return start_job(lambda report, token: job(),
+                         on_finished=lambda result: isValid(self) and on_done(result),
+                         on_failed=failed)
 
     @staticmethod
     def _scan_library():

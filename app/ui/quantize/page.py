@@ -1,17 +1,387 @@
-"""The Quantize page (placeholder until the quantize view lands)."""
+"""The Quantize page: drop a model, see every type's exact size, check some, start.
+
+The input comes from :meth:`QuantizePage.open_path` (a drop anywhere on the window,
+``quantdesk PATH``, the Library's "Quantize" action) or the page's own file dialogs.
+Opening plans every type off the GUI thread (:func:`app.core.quantize_queue.inspect_input`
+through :class:`~app.ui.worker.JobWorker`); a newer input or option change cancels the
+older plan. "Start quantizing" adds one job (every checked type in one pass) to the
+Qt-free :class:`~app.core.quantize_queue.QuantizeQueue`; jobs run one at a time, with
+progress per tensor and an ETA, and a cancel leaves no file behind. Finished outputs are
+recorded in the Library and listed here with "Chat with it".
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
+from typing import Optional
 
-from app.ui.pages import PlaceholderPage
+from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+    QListView, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget,
+)
+
+from app.core.errors import QuantDeskError
+from app.core.quantize_queue import (
+    DEFAULT_PATTERN, QuantizeInput, QuantizeQueue, QuantizeRequest, QueuedJob, default_output_folder,
+    eta_text, inspect_input, run_quantize, saved_load_settings,
+)
+from app.ui.pages import Page
+from app.ui.quantize.types_model import TypesModel
+from app.ui.widgets.banner import MessageBanner
+from app.ui.widgets.page_frame import field_with_button, page_layout
+from app.ui.worker import JobWorker, start_job
+
+log = logging.getLogger(__name__)
+_SAME_AS_RECIPE = "as the type chooses"
 
 
-class QuantizePage(PlaceholderPage):
+def _params(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M"
+    return f"{n:,}"
+
+
+class QuantizePage(Page):
+    """The drop-to-quantize page (see the module docstring)."""
+
     title = "Quantize"
-    summary = ("Drop a safetensors folder or a GGUF file here to convert it and quantize it "
-               "(F16, BF16, Q8_0, Q4_K_M and the other llama.cpp types).")
+    summary = ("Drop a Hugging Face safetensors folder or an F32/F16/BF16 GGUF anywhere on the window. "
+               "Every type's exact file size is shown before any work.")
 
+    #: Emitted with the written paths when a job finishes (tests and the Library listen).
+    job_finished = Signal(list)
+    #: Emitted when the type list has been planned for a new input or new options.
+    planned = Signal()
+
+    def __init__(self, parent: Optional[QWidget] = None) -> None:
+        super().__init__(parent)
+        self.queue = QuantizeQueue()
+        self.input: Optional[QuantizeInput] = None
+        self._input_path: Optional[Path] = None
+        self._plan_worker: Optional[JobWorker] = None
+        self._plan_generation = 0
+        self._job_worker: Optional[JobWorker] = None
+        self._running: Optional[QueuedJob] = None
+        self._replan_timer = QTimer(self, singleShot=True, interval=250)
+        self._replan_timer.timeout.connect(self._replan)
+        self._build()
+
+    # ----------------------------------------------------------------- layout
+    def _build(self) -> None:
+        outer = page_layout(self, self.title, self.summary)
+        self.banner = MessageBanner(self)
+        outer.addWidget(self.banner)
+
+        row = QHBoxLayout()
+        self.input_label = QLabel("No model yet: drop a folder or GGUF file on the window, or open one.")
+        self.input_label.setObjectName("quantizeInput")
+        self.input_label.setWordWrap(True)
+        self.input_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.open_folder_button = QPushButton("Open folder…")
+        self.open_folder_button.setAccessibleName("Open a model folder")
+        self.open_folder_button.clicked.connect(self._choose_folder)
+        self.open_file_button = QPushButton("Open GGUF…")
+        self.open_file_button.setAccessibleName("Open a GGUF file")
+        self.open_file_button.clicked.connect(self._choose_file)
+        row.addWidget(self.input_label, 1)
+        row.addWidget(self.open_folder_button)
+        row.addWidget(self.open_file_button)
+        outer.addLayout(row)
+
+        middle = QHBoxLayout()
+        left = QVBoxLayout()
+        facts_box = QGroupBox("Model")
+        facts = QFormLayout(facts_box)
+        self.fact_labels: dict[str, QLabel] = {}
+        for key in ("Model", "Architecture", "Parameters", "Current type", "Tokenizer"):
+            label = QLabel("–")
+            label.setObjectName(f"fact-{key.lower().replace(' ', '-')}")
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setWordWrap(True)
+            self.fact_labels[key] = label
+            facts.addRow(f"{key}:", label)
+        left.addWidget(facts_box)
+
+        options_box = QGroupBox("Options")
+        form = QFormLayout(options_box)
+        self.imatrix_edit = QLineEdit()
+        self.imatrix_edit.editingFinished.connect(self._options_changed)
+        form.addRow("Importance matrix:", field_with_button(
+            self.imatrix_edit, "Importance matrix file", "Browse…", "Choose an importance matrix file",
+            self._choose_imatrix, "none (Q2_K_S needs one)"))
+        self.pure_check = QCheckBox("Pure: every weight in the type's default (no k-quant mixture)")
+        self.pure_check.setAccessibleName("Pure")
+        self.pure_check.toggled.connect(self._options_changed)
+        form.addRow("", self.pure_check)
+        from quantize.ftypes import TENSOR_TYPES
+
+        self.output_type_combo = QComboBox()
+        self.output_type_combo.setAccessibleName("Output tensor type")
+        self.embedding_type_combo = QComboBox()
+        self.embedding_type_combo.setAccessibleName("Token embedding type")
+        for combo in (self.output_type_combo, self.embedding_type_combo):
+            combo.addItem(_SAME_AS_RECIPE)
+            combo.addItems(list(TENSOR_TYPES))
+            combo.currentIndexChanged.connect(self._options_changed)
+        form.addRow("Output tensor:", self.output_type_combo)
+        form.addRow("Token embedding:", self.embedding_type_combo)
+        self.folder_edit = QLineEdit()
+        form.addRow("Output folder:", field_with_button(
+            self.folder_edit, "Output folder", "Browse…", "Choose the output folder",
+            self._choose_output_folder, "beside the input"))
+        self.pattern_edit = QLineEdit(DEFAULT_PATTERN)
+        self.pattern_edit.setAccessibleName("File name pattern")
+        form.addRow("File name:", self.pattern_edit)
+        left.addWidget(options_box)
+        left.addStretch(1)
+        middle.addLayout(left, 2)
+
+        right = QVBoxLayout()
+        right.addWidget(QLabel("Types (check one or more; sizes are exact):"))
+        self.types_model = TypesModel(self)
+        self.types_view = QListView()
+        self.types_view.setModel(self.types_model)
+        self.types_view.setAccessibleName("Quantize types")
+        self.types_view.setUniformItemSizes(True)
+        self.types_view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.types_model.checked_changed.connect(self._update_buttons)
+        right.addWidget(self.types_view, 1)
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Start quantizing")
+        self.start_button.setAccessibleName("Start quantizing")
+        self.start_button.setDefault(True)
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel quantizing")
+        self.cancel_button.setAccessibleName("Cancel quantizing")
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        right.addLayout(buttons)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setAccessibleName("Quantize progress")
+        self.progress_bar.setRange(0, 1000)
+        self.progress_bar.setValue(0)
+        self.progress_label = QLabel("")
+        self.progress_label.setObjectName("quantizeProgress")
+        self.progress_label.setWordWrap(True)
+        right.addWidget(self.progress_bar)
+        right.addWidget(self.progress_label)
+        right.addWidget(QLabel("Written:"))
+        self.outputs_model = QStringListModel(self)
+        self.outputs_view = QListView()
+        self.outputs_view.setModel(self.outputs_model)
+        self.outputs_view.setAccessibleName("Quantized files")
+        self.outputs_view.setMaximumHeight(90)
+        self.outputs_view.doubleClicked.connect(lambda _index: self.chat_with_output())
+        right.addWidget(self.outputs_view)
+        self.chat_button = QPushButton("Chat with it")
+        self.chat_button.setAccessibleName("Chat with it")
+        self.chat_button.setEnabled(False)
+        self.chat_button.clicked.connect(self.chat_with_output)
+        right.addWidget(self.chat_button, 0, Qt.AlignmentFlag.AlignLeft)
+        middle.addLayout(right, 3)
+        outer.addLayout(middle, 1)
+        self._update_buttons()
+
+    # ----------------------------------------------------------------- input
     def open_path(self, path: Path) -> None:
-        """Remember the input the window was asked to open (the quantize view shows it)."""
-        self.input_path = Path(path)
+        """Show ``path`` (folder, .safetensors, F32/F16/BF16 GGUF) and plan every type for it."""
+        self._input_path = Path(path)
+        self.input = None
+        self.banner.clear()
+        self.types_model.set_rows([])
+        self.input_label.setText(f"Reading {self._input_path} …")
+        for label in self.fact_labels.values():
+            label.setText("–")
+        self.folder_edit.setPlaceholderText(str(default_output_folder(self._input_path)))
+        self._replan()
+
+    def _options(self):
+        from quantize.ftypes import parse_tensor_type
+        from quantize.job import QuantizeOptions
+
+        def tensor_type(combo: QComboBox):
+            text = combo.currentText()
+            return None if text == _SAME_AS_RECIPE else parse_tensor_type(text)
+
+        imatrix = self.imatrix_edit.text().strip() or None
+        return QuantizeOptions(pure=self.pure_check.isChecked(),
+                               output_tensor_type=tensor_type(self.output_type_combo),
+                               token_embedding_type=tensor_type(self.embedding_type_combo),
+                               imatrix=imatrix)
+
+    def _options_changed(self, *_args) -> None:
+        if self._input_path is not None:
+            self._replan_timer.start()
+
+    def _replan(self) -> None:
+        """Plan every type for the current input and options, off the GUI thread."""
+        if self._input_path is None:
+            return
+        if self._plan_worker is not None:
+            self._plan_worker.cancel()
+        self._plan_generation += 1
+        generation = self._plan_generation
+        path, options = self._input_path, self._options()
+        load_settings = saved_load_settings()
+        self._plan_worker = start_job(
+            lambda report, cancel: inspect_input(path, options, load_settings, cancel=cancel),
+            lambda result: self._planned(generation, result), lambda text: self._plan_failed(generation, text))
+
+    def _planned(self, generation: int, result: QuantizeInput) -> None:
+        if generation != self._plan_generation:
+            return  # an older input's plan, replaced meanwhile
+        self.input = result
+        self.input_label.setText(str(result.path))
+        values = {"Model": Path(result.path).name, "Architecture": result.architecture,
+                  "Parameters": _params(result.parameters), "Current type": result.current_type,
+                  "Tokenizer": result.tokenizer}
+        for key, value in values.items():
+            self.fact_labels[key].setText(value)
+        self.fact_labels["Model"].setToolTip(result.description)
+        self.types_model.set_rows(result.rows)
+        self._update_buttons()
+        self.planned.emit()
+
+    def _plan_failed(self, generation: int, text: str) -> None:
+        if generation != self._plan_generation:
+            return
+        self.input = None
+        self.input_label.setText(str(self._input_path))
+        self.types_model.set_rows([])
+        self.banner.show_message(text, level="error")
+        self._update_buttons()
+        self.planned.emit()
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
+        if folder:
+            self.open_path(Path(folder))
+
+    def _choose_file(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Open an F32, F16 or BF16 GGUF file", "", "GGUF (*.gguf)")
+        if name:
+            self.open_path(Path(name))
+
+    def _choose_imatrix(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Choose an importance matrix", "",
+                                              "Importance matrix (*.gguf *.dat);;All files (*)")
+        if name:
+            self.imatrix_edit.setText(name)
+            self._options_changed()
+
+    def _choose_output_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose the output folder")
+        if folder:
+            self.folder_edit.setText(folder)
+
+    # ----------------------------------------------------------------- jobs
+    def start(self) -> Optional[QueuedJob]:
+        """Queue one job for every checked type; it starts at once if nothing else runs."""
+        if self.input is None or not self.types_model.checked():
+            return None
+        self.banner.clear()
+        folder_text = self.folder_edit.text().strip()
+        request = QuantizeRequest(self.input.path, self.types_model.checked(), self._options(),
+                                  Path(folder_text).expanduser() if folder_text else None,
+                                  self.pattern_edit.text().strip() or DEFAULT_PATTERN)
+        try:
+            request.targets()  # a bad pattern is said now, not when the job starts
+            job = self.queue.add(request)
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="error")
+            return None
+        self._pump()
+        self._update_buttons()
+        return job
+
+    def _pump(self) -> None:
+        job = self.queue.next_to_run()
+        if job is None:
+            return
+        self._running = job
+        request = job.request
+        self.progress_bar.setValue(0)
+        self.progress_label.setText(f"Starting {', '.join(request.types)} for {Path(request.input).name} …")
+        self._job_worker = start_job(
+            lambda report, cancel: run_quantize(request, report, cancel),
+            lambda result: self._job_done(job, result),
+            lambda text: self._job_ended(job, "failed", text),
+            lambda: self._job_ended(job, "cancelled", "Cancelled; no file was written."),
+            self._progress)
+
+    def _progress(self, progress) -> None:
+        job = self._running
+        fraction = progress.fraction or 0.0
+        self.progress_bar.setValue(int(fraction * 1000))
+        eta = eta_text(job.started if job and job.started else time.monotonic(), fraction)
+        queued = sum(1 for j in self.queue.jobs if j.state == "queued")
+        more = f" · {queued} more job(s) queued" if queued else ""
+        name = Path(job.request.input).name if job else ""
+        self.progress_label.setText(f"{progress.stage} {name} {fraction * 100:.0f}% · {eta}{more} · {progress.detail}")
+
+    def _job_done(self, job: QueuedJob, result) -> None:
+        self.queue.finish(job, "done", result.summary, result.outputs)
+        paths = [str(p) for p in result.outputs]
+        self.outputs_model.setStringList(self.outputs_model.stringList() + paths)
+        if paths:
+            self.outputs_view.setCurrentIndex(self.outputs_model.index(self.outputs_model.rowCount() - 1))
+        self.progress_bar.setValue(1000)
+        self.progress_label.setText(f"Done: {len(paths)} file(s) written and added to the Library.")
+        self.banner.show_message(f"Wrote {', '.join(Path(p).name for p in paths)}.", level="info",
+                                 action_text="Chat with it", on_action=self.chat_with_output)
+        self._after_job(job)
+        self.job_finished.emit([Path(p) for p in paths])
+
+    def _job_ended(self, job: QueuedJob, state: str, text: str) -> None:
+        self.queue.finish(job, state, text)
+        self.progress_bar.setValue(0)
+        self.progress_label.setText(text)
+        if state == "failed":
+            self.banner.show_message(text, level="error")
+        self._after_job(job)
+        self.job_finished.emit([])
+
+    def _after_job(self, job: QueuedJob) -> None:
+        self._running = None
+        self._job_worker = None
+        self._update_buttons()
+        self._pump()
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        """Cancel the running job (and drop queued ones); nothing partial stays on disk."""
+        for job in self.queue.jobs:
+            self.queue.cancel_queued(job)
+        if self._job_worker is not None:
+            self._job_worker.cancel()
+            self.progress_label.setText("Cancelling …")
+
+    def chat_with_output(self) -> None:
+        """Open the selected (or latest) output on the Chat page."""
+        index = self.outputs_view.currentIndex()
+        paths = self.outputs_model.stringList()
+        if not paths:
+            return
+        path = Path(paths[index.row()] if index.isValid() else paths[-1])
+        window = self.window()
+        if hasattr(window, "open_path"):
+            window.open_path(path)
+
+    def _update_buttons(self) -> None:
+        busy = self.input is not None and self.queue.is_busy(self.input.path)
+        self.start_button.setEnabled(self.input is not None and bool(self.types_model.checked()) and not busy)
+        self.cancel_button.setEnabled(self._job_worker is not None)
+        self.chat_button.setEnabled(self.outputs_model.rowCount() > 0)
+
+    def shutdown(self) -> None:
+        """The window is closing: cancel the plan and the running job (no partial files stay)."""
+        if self._plan_worker is not None:
+            self._plan_worker.cancel()
+        self.cancel()

@@ -1,0 +1,221 @@
+"""The Library: the models on disk in a sortable, filterable table, with their actions.
+
+The table is a :class:`~app.ui.widgets.rows_model.RowsTableModel` over
+:class:`models.library.LibraryModel` rows (one object per row, no widget per row) behind
+a :class:`QSortFilterProxyModel`. Opening shows the index as stored (SQLite, milliseconds)
+and then rescans the disk off the GUI thread, so hundreds of files are usable at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Callable, Optional
+
+from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget,
+)
+
+from app.core.errors import QuantDeskError
+from app.ui.widgets.banner import MessageBanner
+from app.ui.widgets.confirm import confirm as ask
+from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
+from app.ui.worker import JobWorker, start_job
+
+
+def size_text(n: Optional[int]) -> str:
+    """``4.58 GB``-style sizes for tables (decimal units, as file managers show)."""
+    if not n:
+        return "–"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def params_text(n: Optional[int]) -> str:
+    if not n:
+        return "–"
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+
+LIBRARY_COLUMNS = [
+    Column("Name", lambda m: m.name, tooltip=lambda m: m.path + (f"\nUnreadable: {m.error}" if m.error else "")),
+    Column("Architecture", lambda m: m.architecture or "?"),
+    Column("Parameters", lambda m: params_text(m.parameters), sort=lambda m: m.parameters or 0, align_right=True),
+    Column("Quant", lambda m: m.quant or "–"),
+    Column("Context", lambda m: f"{m.context_length:,}" if m.context_length else "–",
+           sort=lambda m: m.context_length or 0, align_right=True),
+    Column("Size", lambda m: size_text(m.size), sort=lambda m: m.size, align_right=True),
+    Column("Source", lambda m: m.source),
+    Column("Chat template", lambda m: "yes" if m.chat_template else "no"),
+    Column("Added", lambda m: dt.datetime.fromtimestamp(m.added).strftime("%Y-%m-%d"), sort=lambda m: m.added),
+]
+
+
+class LibraryPanel(QWidget):
+    """The Library table and its actions (Chat, Quantize, reveal, remove, import)."""
+
+    #: Emitted after every refresh with the number of rows (tests and benchmarks wait on it).
+    refreshed = Signal(int)
+
+    def __init__(self, banner: MessageBanner, pool: Optional[QThreadPool] = None,
+                 parent: Optional[QWidget] = None) -> None:
+        super().__init__(parent)
+        self.banner = banner
+        self.pool = pool
+        self._library = None
+        self.model = RowsTableModel(LIBRARY_COLUMNS, self)
+        self.proxy = RowsFilterProxy(self)
+        self.proxy.setSourceModel(self.model)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter by name, architecture, quant, source…")
+        self.filter_edit.setAccessibleName("Filter the Library")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.textChanged.connect(self.proxy.set_filter_text)
+        top.addWidget(self.filter_edit, 1)
+        self.buttons: dict[str, QPushButton] = {}
+        for text, slot in (("Chat", self.chat_selected), ("Quantize", self.quantize_selected),
+                           ("Show in folder", self.reveal_selected), ("Remove…", self.remove_selected),
+                           ("Import…", self.import_dialog)):
+            button = QPushButton(text)
+            button.setAccessibleName(text.rstrip("…"))
+            button.clicked.connect(slot)
+            top.addWidget(button)
+            self.buttons[text.rstrip("…")] = button
+        layout.addLayout(top)
+        self.view = make_table(self.proxy, "Library")
+        # Content-sized columns would measure every row on each change: fixed widths keep
+        # hundreds of rows instant.
+        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column, width in enumerate((0, 110, 90, 80, 80, 90, 90, 105, 95)):
+            if width:
+                self.view.setColumnWidth(column, width)
+        self.view.setSortingEnabled(True)
+        self.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.view.doubleClicked.connect(lambda _i: self.chat_selected())
+        self.view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        layout.addWidget(self.view, 1)
+        self.status = QLabel("")
+        self.status.setObjectName("libraryStatus")
+        layout.addWidget(self.status)
+        self._update_buttons()
+
+    # ----------------------------------------------------------------- data
+    @property
+    def library(self):
+        """The :class:`models.library.Library` (created on first use: it opens SQLite)."""
+        if self._library is None:
+            from models.library import Library
+
+            self._library = Library()
+        return self._library
+
+    def reset_library(self) -> None:
+        """Forget the index object (the models folder moved) and show the new folder's."""
+        self._library = None
+        self.load(rescan=True)
+
+    def load(self, rescan: bool = True) -> None:
+        """Show the stored index now, then (``rescan``) bring it up to date off the GUI thread."""
+        try:
+            self._show(self.library.models())
+        except (QuantDeskError, OSError) as exc:
+            self.banner.show_message(str(getattr(exc, "user_message", exc)), level="error")
+            return
+        if rescan:
+            self.run(lambda: self.library.scan(), lambda _stats: self._show(self.library.models()))
+
+    def _show(self, rows) -> None:
+        selected = self.selected()
+        self.model.set_rows(rows)
+        if selected is not None:
+            self.select_path(selected.path)
+        total = sum(m.size for m in rows)
+        self.status.setText(f"{len(rows)} models, {size_text(total)} — {self.library.models_dir}")
+        self._update_buttons()
+        self.refreshed.emit(len(rows))
+
+    def run(self, work: Callable[[], object], done: Callable[[object], None]) -> JobWorker:
+        """Run ``work`` off the GUI thread; ``done(result)`` on it, errors to the banner."""
+        return start_job(lambda report, cancel: work(), done,
+                         lambda text: self.banner.show_message(text, level="error"), pool=self.pool)
+
+    # ----------------------------------------------------------------- selection
+    def selected(self):
+        rows = self.view.selectionModel().selectedRows() if self.view.selectionModel() else []
+        return self.model.row_at(rows[0]) if rows else None
+
+    def select_path(self, path: str) -> bool:
+        for row in range(self.proxy.rowCount()):
+            index = self.proxy.index(row, 0)
+            if self.model.row_at(index).path == str(path):
+                self.view.selectRow(row)
+                return True
+        return False
+
+    def _update_buttons(self) -> None:
+        model = self.selected()
+        for name in ("Chat", "Show in folder", "Remove"):
+            self.buttons[name].setEnabled(model is not None)
+        self.buttons["Quantize"].setEnabled(model is not None and (
+            model.kind == "safetensors" or model.file_type in (0, 1, 32)))
+        if model is not None and model.kind == "safetensors":
+            self.buttons["Chat"].setEnabled(False)  # convert it first
+
+    # ----------------------------------------------------------------- actions
+    def chat_selected(self) -> None:
+        model = self.selected()
+        window = self.window()
+        if model is not None and model.kind == "gguf" and hasattr(window, "open_path"):
+            window.open_path(Path(model.path))
+
+    def quantize_selected(self) -> None:
+        model = self.selected()
+        window = self.window()
+        if model is not None and hasattr(window, "show_page"):
+            window.show_page("Quantize").open_path(Path(model.path))
+
+    def reveal_selected(self) -> None:
+        model = self.selected()
+        if model is None:
+            return
+        from models.library import reveal
+
+        try:
+            reveal(Path(model.path))
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="error")
+
+    def remove_selected(self, confirm: bool = True) -> None:
+        """Remove the selected model after a confirmation (files only inside the models folder)."""
+        model = self.selected()
+        if model is None:
+            return
+        inside = Path(model.path).is_relative_to(self.library.models_dir)
+        what = (f"Delete {model.name} ({size_text(model.size)}) from disk?" if inside else
+                f"Forget {model.name}? The file stays where it is:\n{model.path}")
+        if confirm and not ask(self, "Remove model", what, "confirmRemove"):
+            return
+        path = Path(model.path)
+        self.run(lambda: self.library.remove(path), lambda _deleted: self.load(rescan=False))
+
+    def import_dialog(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF (*.gguf)")
+        if name:
+            self.import_path(Path(name))
+
+    def import_path(self, path: Path) -> None:
+        """Add a model where it is (it is not copied)."""
+        def added(model) -> None:
+            self.load(rescan=False)
+            self.select_path(model.path)
+            self.banner.show_message(f"Added {model.name} to the Library.", level="info")
+
+        self.run(lambda: self.library.import_path(path), added)

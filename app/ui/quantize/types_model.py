@@ -1,0 +1,93 @@
+"""The list of target types: one checkable row per type with its exact size and fit badge."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+
+from app.core.quantize_queue import TypeRow
+from app.ui.widgets.fit_badge import fit_icon, fit_word
+
+TYPE_NAME_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+class TypesModel(QAbstractListModel):
+    """Rows of :class:`~app.core.quantize_queue.TypeRow`, each with a real check box.
+
+    The display text starts with the type name (``"Q4_K_M 4.89 bpw 81.23 MiB — fits"``), so
+    assistive tools and tests find a type by its name; the exact byte count is in the
+    tooltip. Checked names survive a re-plan (an option changed): :meth:`set_rows` keeps them.
+    """
+
+    checked_changed = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.rows: list[TypeRow] = []
+        self._checked: set[str] = set()
+
+    def set_rows(self, rows: Sequence[TypeRow]) -> None:
+        self.beginResetModel()
+        self.rows = list(rows)
+        self._checked &= {r.name for r in rows}
+        self.endResetModel()
+        self.checked_changed.emit()
+
+    def checked(self) -> list[str]:
+        """Checked type names, in list order."""
+        return [r.name for r in self.rows if r.name in self._checked]
+
+    def set_checked(self, name: str, on: bool = True) -> None:
+        for i, r in enumerate(self.rows):
+            if r.name == name:
+                self.setData(self.index(i), Qt.CheckState.Checked if on else Qt.CheckState.Unchecked,
+                             Qt.ItemDataRole.CheckStateRole)
+
+    def row_named(self, name: str) -> Optional[TypeRow]:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    @staticmethod
+    def text_of(row: TypeRow) -> str:
+        text = f"{row.text} — {fit_word(row.fit)}"
+        if row.needs_imatrix:
+            text += " (needs an importance matrix)"
+        return text
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole):
+            return self.text_of(row)
+        if role == Qt.ItemDataRole.CheckStateRole:
+            return Qt.CheckState.Checked if row.name in self._checked else Qt.CheckState.Unchecked
+        if role == Qt.ItemDataRole.DecorationRole:
+            return fit_icon(row.fit)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return (f"{row.name}: exactly {row.file_size:,} bytes, {row.bits_per_weight:.3f} bits per weight.\n"
+                    f"Memory at the default load settings: {fit_word(row.fit)} ({row.fit_reason}).")
+        if role == TYPE_NAME_ROLE:
+            return row.name
+        return None
+
+    def setData(self, index: QModelIndex | QPersistentModelIndex, value, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        if not index.isValid() or role != Qt.ItemDataRole.CheckStateRole:
+            return False
+        name = self.rows[index.row()].name
+        state = value if isinstance(value, Qt.CheckState) else Qt.CheckState(value)
+        if state == Qt.CheckState.Checked:
+            self._checked.add(name)
+        else:
+            self._checked.discard(name)
+        self.dataChanged.emit(index, index, [Qt.ItemDataRole.CheckStateRole])
+        self.checked_changed.emit()
+        return True
+
+    def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsUserCheckable

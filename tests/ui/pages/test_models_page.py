@@ -1,0 +1,225 @@
+"""The Models page against the fake Hub (the real huggingface_hub client): search, details with
+fit badges, downloads with pause/resume, retries, restore after quitting, gated repos, no network,
+and the Library table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+
+def _hub(qtbot, window):
+    page = window.show_page("Models")
+    return page, page.show_hub()
+
+
+def _search(qtbot, hub_panel, text: str) -> int:
+    hub_panel.search_edit.setText(text)
+    with qtbot.waitSignal(hub_panel.searched, timeout=20000) as blocker:
+        qtbot.keyClick(hub_panel.search_edit, Qt.Key.Key_Return)
+    return blocker.args[0]
+
+
+def _details(qtbot, hub_panel, repo_id: str):
+    with qtbot.waitSignal(hub_panel.details_shown, timeout=20000):
+        row = next(i for i, m in enumerate(hub_panel.results_model.rows) if m.repo_id == repo_id)
+        hub_panel.results_view.selectRow(row)
+    return {c.label: c for c in hub_panel.variants_model.rows}
+
+
+def _start_download(qtbot, window, quant: str = "Q8_0"):
+    """Search, open acme/tiny-GGUF's details, queue ``quant``: the page and the task."""
+    page, hub_panel = _hub(qtbot, window)
+    _search(qtbot, hub_panel, "tiny")
+    _details(qtbot, hub_panel, "acme/tiny-GGUF")
+    assert hub_panel.select_choice(quant)
+    return page, hub_panel.download_selected()
+
+
+def _task_state(qtbot, page, task, states, timeout=30000):
+    qtbot.waitUntil(lambda: task.state in states, timeout=timeout)
+
+
+def test_search_and_details_with_variants_and_fit_badges(qtbot, window, hub):
+    page, hub_panel = _hub(qtbot, window)
+    assert hub_panel.search_edit.accessibleName() == "Search the Hub"
+    assert hub_panel.results_view.accessibleName() == "Search results"
+    assert _search(qtbot, hub_panel, "tiny") == 1  # GGUF by default
+    result = hub_panel.results_model.rows[0]
+    model = hub_panel.results_model
+    assert [model.index(0, c).data() for c in range(model.columnCount())] == [
+        "acme/tiny-GGUF", "acme", "500", "7", "2025-03-01", "apache-2.0", "no"]
+    choices = _details(qtbot, hub_panel, result.repo_id)
+    assert set(choices) == {"Q4_K_M", "Q8_0", "Q6_K"}  # the mmproj file is no variant
+    assert choices["Q6_K"].files == 2 and choices["Q6_K"].size == 350_000  # shards as one
+    for choice in choices.values():
+        assert choice.fit in ("fits", "tight", "won't fit") and "weights only" in choice.reason
+    fit_column = hub_panel.variants_model.columns.index(next(c for c in hub_panel.variants_model.columns
+                                                              if c.header == "Fit"))
+    assert hub_panel.variants_model.index(0, fit_column).data(Qt.ItemDataRole.DecorationRole) is not None
+    assert hub_panel.download_button.isEnabled() and not hub_panel.convert_button.isEnabled()
+
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("safetensors"))
+    assert _search(qtbot, hub_panel, "tiny") == 1
+    choices = _details(qtbot, hub_panel, "acme/tiny-hf")
+    assert list(choices) == ["safetensors"]
+    column = [c.header for c in hub_panel.variants_model.columns].index("Fit")
+    assert hub_panel.variants_model.index(0, column).data() == "convertible"
+    assert hub_panel.convert_button.isEnabled()
+
+
+def test_download_with_progress_pause_resume_and_library(qtbot, window, hub):
+    hub.state.faults.throttle_bytes_per_s = 250_000
+    page, task = _start_download(qtbot, window)
+    downloads = page.downloads
+    qtbot.waitUntil(lambda: task.progress is not None and 0 < task.progress.done < 500_000, timeout=20000)
+    qtbot.waitUntil(lambda: "MiB" in downloads.model.index(0, 2).data(), timeout=5000)
+    downloads.view.selectRow(0)
+    qtbot.waitUntil(lambda: downloads.buttons["Pause"].isEnabled(), timeout=5000)
+    qtbot.mouseClick(downloads.buttons["Pause"], Qt.MouseButton.LeftButton)
+    _task_state(qtbot, page, task, {"paused"})
+    part = next(Path(page.library.library.models_dir, "hub").rglob(".tiny.Q8_0.gguf.part"))
+    assert 0 < part.stat().st_size < 500_000
+    qtbot.waitUntil(lambda: downloads.model.index(0, 1).data() == "paused", timeout=5000)
+    hub.state.faults.throttle_bytes_per_s = None
+    with qtbot.waitSignal(page.library.refreshed, timeout=30000,
+                          check_params_cb=lambda n: n == 1):
+        qtbot.mouseClick(downloads.buttons["Resume"], Qt.MouseButton.LeftButton)
+    assert task.state == "done"
+    ranges = [r["range"] for r in hub.state.requests if r["path"].startswith("/cdn/") and r["range"]]
+    assert ranges, "the resume asked for the rest only"
+    assert page.library.model.rows[0].name and page.library.model.rows[0].source == "downloaded"
+
+
+def test_dropped_connection_is_retried_visibly(qtbot, window, hub):
+    hub.state.faults.drop_after["tiny-Q4_K_M.gguf"] = 100_000
+    states = []
+    window.pages["Models"].downloads.task_changed.connect(lambda t: states.append(t.state))
+    page, task = _start_download(qtbot, window, "Q4_K_M")
+    _task_state(qtbot, page, task, {"done"}, timeout=30000)
+    assert "retrying" in states
+    assert states[-1] == "done"
+
+
+def test_quit_mid_download_and_resume_in_a_new_window(qtbot, hub):
+    from app.ui.main_window import MainWindow
+
+    hub.state.faults.throttle_bytes_per_s = 200_000
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.show()
+    page, task = _start_download(qtbot, first)
+    qtbot.waitUntil(lambda: task.progress is not None and task.progress.done > 50_000, timeout=20000)
+    first.close()  # pauses the download; its bytes stay on disk
+    assert task.state == "paused"
+    hub.state.faults.throttle_bytes_per_s = None
+
+    second = MainWindow()
+    qtbot.addWidget(second)
+    second.show()
+    page2 = second.show_page("Models")
+    qtbot.waitUntil(lambda: page2.downloads.model.rowCount() == 1, timeout=10000)
+    restored = page2.downloads.model.rows[0]
+    assert restored.state == "paused" and restored.plan.repo_id == "acme/tiny-GGUF"
+    page2.downloads.view.selectRow(0)
+    with qtbot.waitSignal(page2.downloads.task_done, timeout=30000):
+        page2.downloads.buttons["Resume"].click()
+    assert Path(restored.paths[0]).stat().st_size == 500_000
+    second.close()
+
+
+def test_cancel_asks_and_removes_partial_data(qtbot, window, hub, monkeypatch):
+    hub.state.faults.throttle_bytes_per_s = 100_000
+    page, task = _start_download(qtbot, window)
+    qtbot.waitUntil(lambda: task.progress is not None and task.progress.done > 0, timeout=20000)
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Cancel)
+    assert page.downloads.cancel(task) is False and task.state == "downloading"
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
+    assert page.downloads.cancel(task) is True
+    _task_state(qtbot, page, task, {"cancelled"})
+    hub_dir = Path(page.library.library.models_dir, "hub")
+    assert not [p for p in hub_dir.rglob("*") if p.is_file()]
+
+
+def test_gated_repo_points_to_the_token_in_settings(qtbot, window, hub):
+    page, hub_panel = _hub(qtbot, window)
+    _search(qtbot, hub_panel, "gated")
+    with qtbot.waitSignal(hub_panel.details_shown, timeout=20000):
+        hub_panel.results_view.selectRow(0)
+    assert "is gated" in page.banner.text() and "no Hugging Face token" in page.banner.text()
+    assert page.banner.action_button.text() == "Open Settings"
+    hub_panel.select_choice("Q4_0")
+    task = hub_panel.download_selected()
+    qtbot.waitUntil(lambda: task.state == "failed", timeout=20000)
+    qtbot.waitUntil(lambda: "gated or private" in page.banner.text(), timeout=5000)
+    assert page.banner.action_button.text() == "Open Settings"
+    page.banner.action_button.click()
+    assert window.current_page().title == "Settings"
+
+
+def test_a_slow_hub_leaves_the_window_responsive_and_a_new_search_wins(qtbot, window, hub):
+    page, hub_panel = _hub(qtbot, window)
+    hub.state.faults.api_delay = 1.5
+    hub_panel.search_edit.setText("gated")
+    hub_panel.search()
+    started = time.monotonic()
+    ticks = []
+    for _ in range(5):  # the event loop keeps running while the Hub is slow
+        qtbot.wait(50)
+        ticks.append(time.monotonic())
+    assert ticks[-1] - started < 1.0
+    hub.state.faults.api_delay = 0.0
+    assert _search(qtbot, hub_panel, "tiny") == 1
+    qtbot.wait(2000)  # the slow, older search has answered meanwhile: it must not replace the new one
+    assert [m.repo_id for m in hub_panel.results_model.rows] == ["acme/tiny-GGUF"]
+
+
+def test_convertible_checkpoint_downloads_and_opens_on_quantize(qtbot, window, hub):
+    page, hub_panel = _hub(qtbot, window)
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("safetensors"))
+    _search(qtbot, hub_panel, "tiny")
+    _details(qtbot, hub_panel, "acme/tiny-hf")
+    quantize = window.pages["Quantize"]
+    with qtbot.waitSignal(quantize.planned, timeout=30000):
+        hub_panel.convert_button.click()
+    assert window.current_page() is quantize
+    # The fake repo's weights are random bytes, so the converter's sentence is shown inline.
+    assert quantize.banner.text() and quantize._input_path.name == "tiny-hf"
+
+
+def test_paging_through_results(qtbot, window, hub, monkeypatch):
+    import app.ui.models.hub_panel as hub_panel_module
+
+    monkeypatch.setattr(hub_panel_module, "PAGE_SIZE", 2)
+    page, hub_panel = _hub(qtbot, window)
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("any"))
+    assert _search(qtbot, hub_panel, "") == 2
+    first = [m.repo_id for m in hub_panel.results_model.rows]
+    assert hub_panel.next_button.isEnabled() and not hub_panel.prev_button.isEnabled()
+    with qtbot.waitSignal(hub_panel.searched, timeout=20000):
+        hub_panel.next_button.click()
+    second = [m.repo_id for m in hub_panel.results_model.rows]
+    assert len(second) == 2 and not set(first) & set(second)
+    assert hub_panel.prev_button.isEnabled() and not hub_panel.next_button.isEnabled()
+    assert first == ["acme/tiny-hf", "acme/tiny-GGUF"]  # most downloaded first
+
+
+def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, monkeypatch, tmp_path):
+    # Last in this file: huggingface_hub keeps retrying the refused search for ~25 s in
+    # its thread, and a refused connection closes the client every thread shares.
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    page, hub_panel = _hub(qtbot, window)
+    assert _search(qtbot, hub_panel, "tiny") == -1
+    assert "could not reach the Hub" in page.banner.text()
+    library = page.show_library()
+    with qtbot.waitSignal(library.refreshed, timeout=10000):
+        library.load()
+    assert library.view.accessibleName() == "Library" and library.view.isEnabled()

@@ -1,0 +1,181 @@
+"""The Quantize page through the real window: drops, exact sizes, a real job, cancel, bad input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+
+from tests.ui.pages.conftest import drag_and_drop
+
+
+def _type_rows(page) -> dict[str, str]:
+    model = page.types_view.model()
+    return {model.index(i).data(Qt.ItemDataRole.UserRole + 1): model.index(i).data()
+            for i in range(model.rowCount())}
+
+
+def _drop_and_plan(qtbot, window, path: Path, target=None):
+    page = window.pages["Quantize"]
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        accepted = drag_and_drop(target or window.pages["Chat"], path)
+    assert accepted == (True, True)
+    return page
+
+
+def test_dropped_hf_folder_opens_quantize_with_exact_sizes(qtbot, window, tiny_hf):
+    from quantize.ftypes import parse_file_type
+    from quantize.job import QuantizeOptions, QuantizeTarget, open_source, plan_targets
+    from quantize.plan import format_size
+
+    # Dropped on a text box of another page: the URL opens, the text box does not take it.
+    from PySide6.QtWidgets import QLineEdit
+
+    search = window.pages["Models"].findChild(QLineEdit, None)
+    page = _drop_and_plan(qtbot, window, tiny_hf / "model.safetensors", target=search)
+    assert window.current_page() is page
+    assert search.text() == ""
+    assert page.banner.isHidden()
+    assert page.fact_labels["Architecture"].text() == "llama"
+    assert page.fact_labels["Tokenizer"].text() == "gpt2"
+    rows = _type_rows(page)
+    names = list(rows)
+    assert names == ["F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M",
+                     "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S"]
+    source = open_source(tiny_hf)
+    plans = plan_targets(source, [QuantizeTarget(parse_file_type(n), Path(n)) for n in names], QuantizeOptions())
+    source.close()
+    model = page.types_view.model()
+    for i, (name, plan) in enumerate(zip(names, plans)):
+        text = rows[name]
+        assert text.startswith(f"{name} {plan.bits_per_weight:.2f} bpw {format_size(plan.file_size)}")
+        assert f"exactly {plan.file_size:,} bytes" in model.index(i).data(Qt.ItemDataRole.ToolTipRole)
+        assert model.flags(model.index(i)) & Qt.ItemFlag.ItemIsUserCheckable
+        assert model.index(i).data(Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Unchecked
+        assert any(word in text for word in ("fits", "tight", "won't fit"))
+    assert page.types_view.accessibleName() == "Quantize types"
+    assert not page.start_button.isEnabled()
+
+
+def test_q4_k_m_and_q8_0_from_the_page_equal_the_cli(qtbot, window, tiny_hf, tmp_path):
+    from app.cli import main
+    from models.library import Library
+
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    page.types_model.set_checked("Q4_K_M")
+    page.types_model.set_checked("Q8_0")
+    assert page.start_button.isEnabled() and page.start_button.accessibleName() == "Start quantizing"
+    with qtbot.waitSignal(page.job_finished, timeout=120000) as done:
+        qtbot.mouseClick(page.start_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not page.start_button.isEnabled(), timeout=5000)
+        assert page.cancel_button.isEnabled()
+    outputs = done.args[0]
+    assert [p.name for p in outputs] == ["tiny-hf-Q8_0.gguf", "tiny-hf-Q4_K_M.gguf"]
+    qtbot.waitUntil(page.start_button.isEnabled)
+    assert not page.cancel_button.isEnabled()
+
+    cli_dir = tmp_path / "cli"
+    cli_dir.mkdir()
+    assert main(["quantize", str(tiny_hf), "--type", "Q4_K_M,Q8_0", "-o", str(cli_dir)]) == 0
+    for path in outputs:
+        assert path.read_bytes() == (cli_dir / path.name).read_bytes()
+        assert path.stat().st_size == page.types_model.row_named(path.name[8:-5]).file_size
+    rows = {m.path: m for m in Library().models()}
+    assert rows[str(outputs[0])].source == "quantized" and rows[str(outputs[1])].quant == "Q4_K_M"
+
+    library = window.show_page("Models").library
+    qtbot.waitUntil(lambda: library.select_path(str(outputs[1])), timeout=10000)
+    window.show_page("Quantize")
+    assert page.chat_button.isEnabled() and page.banner.action_button.text() == "Chat with it"
+
+
+def test_cancel_mid_job_leaves_no_partial_file(qtbot, window, tiny_hf, monkeypatch):
+    import quantize.job as job
+
+    original = job._TensorEncoder.__call__
+
+    def slow(self, index, values):  # the real encoder, slowed so the cancel lands mid-job
+        time.sleep(0.15)
+        return original(self, index, values)
+
+    monkeypatch.setattr(job._TensorEncoder, "__call__", slow)
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    page.types_model.set_checked("Q4_K_M")
+    before = set(tiny_hf.iterdir())
+    with qtbot.waitSignal(page.job_finished, timeout=60000) as done:
+        page.start_button.click()
+        qtbot.waitUntil(lambda: page.progress_bar.value() > 0, timeout=30000)
+        assert "ETA" in page.progress_label.text() and "Quantizing" in page.progress_label.text()
+        page.cancel_button.click()
+    assert done.args[0] == []
+    assert set(tiny_hf.iterdir()) == before  # no output, no temporary file
+    assert page.queue.jobs[-1].state == "cancelled"
+    assert page.start_button.isEnabled()
+
+
+def test_pickle_only_folder_gets_the_core_sentence(qtbot, window, tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04\x95")
+    page = _drop_and_plan(qtbot, window, folder)
+    assert window.current_page() is page
+    assert "pickle" in page.banner.text() and page.banner.level() == "error"
+    assert "Traceback" not in page.banner.text()
+    assert page.types_model.rowCount() == 0 and not page.start_button.isEnabled()
+
+
+def test_options_replan_and_a_bad_pattern_is_said_inline(qtbot, window, tiny_hf):
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    before = page.types_model.row_named("Q4_K_M").file_size
+    page.types_model.set_checked("Q4_K_M")
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        page.output_type_combo.setCurrentText("F32")
+    assert page.types_model.row_named("Q4_K_M").file_size > before
+    assert page.types_model.checked() == ["Q4_K_M"]  # a re-plan keeps the checks
+    page.pattern_edit.setText("{name}.gguf")
+    assert page.start() is None
+    assert "{type}" in page.banner.text()
+
+
+def test_jobs_queue_one_after_another(qtbot, window, tiny_hf, tmp_path, monkeypatch):
+    import shutil
+
+    import quantize.job as job
+
+    original = job._TensorEncoder.__call__
+
+    def slow(self, index, values):
+        time.sleep(0.05)
+        return original(self, index, values)
+
+    monkeypatch.setattr(job._TensorEncoder, "__call__", slow)
+    other = Path(shutil.copytree(tiny_hf, tmp_path / "other-hf"))
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    page.types_model.set_checked("Q8_0")
+    first = page.start()
+    assert first.state == "running" and not page.start_button.isEnabled()  # same input: busy
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        window.open_path(other)
+    page.types_model.set_checked("Q4_0")
+    assert page.start_button.isEnabled()  # another input may queue
+    second = page.start()
+    assert second.state == "queued"
+    qtbot.waitUntil(lambda: "1 more job(s) queued" in page.progress_label.text() or first.state == "done",
+                    timeout=30000)
+    qtbot.waitUntil(lambda: second.state == "done", timeout=60000)
+    assert first.state == "done"
+    assert (tiny_hf / "tiny-hf-Q8_0.gguf").exists() and (other / "other-hf-Q4_0.gguf").exists()
+
+
+def test_quantdesk_path_on_the_command_line_opens_quantize(qtbot, tiny_hf):
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow(initial_path=tiny_hf)  # what `quantdesk PATH` does
+    qtbot.addWidget(window)
+    page = window.pages["Quantize"]
+    with qtbot.waitSignal(page.planned, timeout=30000):
+        window.show()
+    assert window.current_page() is page and page.input.path == tiny_hf
+    window.close()
