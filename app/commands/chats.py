@@ -36,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "show":
         conversation = store.get(args.id)
         print(f"# {conversation.title} ({conversation.id}, {conversation.model or 'no model'})")
-        for message in conversation.messages:
-            print(f"\n[{message['role']}]\n{message['content']}")
+        for message in store.branch(conversation.id):  # the current branch, as the GUI shows it
+            version = f", version {message.version}/{len(message.versions)}" \
+                if len(message.versions) > 1 else ""
+            print(f"\n[{message.role}{version}]\n{message.content}")
     elif args.action == "rename":
         store.rename(args.id, " ".join(args.title))
     elif args.action == "rm":

@@ -6,6 +6,22 @@ engine (``models.engine.sessions``): reopening a conversation sends its messages
 id, and the engine restores the saved state instead of reading them all again; deleting a
 conversation deletes that state too.
 
+Versions and branches: messages form a tree. Each message names its ``parent`` (the
+message it answers or follows); a conversation's ``head`` is the last message of the
+branch on screen, and the branch is the path from the head up to the first message.
+Regenerating an answer adds a sibling of the old answer (same parent): both stay, as
+versions ‹ 1/2 › and ‹ 2/2 ›. Editing a user message adds a sibling of that message and
+continues from it: a new branch, the old one still reachable through the versions of the
+edited message. :meth:`ConversationStore.get` (what the CLI shows and the engine is sent)
+returns the current branch.
+
+The schema grows by an append-only migration (``PRAGMA user_version``): version 1 adds
+``messages.parent``, ``messages.hidden``, ``conversations.head`` and
+``conversations.settings`` with ``ALTER TABLE ... ADD COLUMN`` and rewrites no row. A
+``NULL`` parent means "the message stored before me" and a ``NULL`` head "the last
+message", so a database written before the migration reads as the single branch it
+always was.
+
 Never losing a conversation: every message is written in its own transaction (WAL
 journal, so a crash mid-write leaves the last complete state), a reply is stored once it
 has ended (a cancelled reply keeps its partial text, as the chat shows it), and a
@@ -39,6 +55,18 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT, PRIMARY KEY (conversation_id, seq));
 """
 
+# Append-only migrations, one per schema version (index + 1 = the version it makes).
+# Never edit one that has shipped: add the next.
+_MIGRATIONS = (
+    # 1: versions and branches, per-conversation settings. NULL keeps the old meaning.
+    "ALTER TABLE messages ADD COLUMN parent INTEGER;"
+    "ALTER TABLE messages ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE conversations ADD COLUMN head INTEGER;"
+    "ALTER TABLE conversations ADD COLUMN settings TEXT;",
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+ROOT = -1  # the parent of a conversation's first message
+
 
 @dataclass
 class Conversation:
@@ -54,6 +82,33 @@ class Conversation:
     updated: float
     message_count: int = 0
     messages: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class BranchMessage:
+    """One message of the branch on screen, with where it sits among its versions.
+
+    Attributes:
+        seq: The message's number in its conversation (stable; how to refer to it).
+        parent: The ``seq`` of the message before it (:data:`ROOT` for the first).
+        version: 1-based position among the messages sharing its parent.
+        versions: ``seq`` of every version (siblings, oldest first, itself included).
+        stats: The reply's :class:`~models.engine.ChatStats` as a dict, or ``None``.
+    """
+
+    seq: int
+    parent: int
+    role: str
+    content: str
+    created: float
+    stats: Optional[dict]
+    version: int = 1
+    versions: list[int] = field(default_factory=list)
+
+    @property
+    def message(self) -> dict:
+        """``{"role", "content"}``, as the engine takes it."""
+        return {"role": self.role, "content": self.content}
 
 
 def new_conversation_id() -> str:
@@ -80,6 +135,12 @@ class ConversationStore:
         self.path = Path(path) if path is not None else app_paths().ensure().conversations / DB_NAME
         with self._db() as db:
             db.executescript(_SCHEMA)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number + 1}")
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -118,35 +179,55 @@ class ConversationStore:
                        "VALUES (?, ?, ?, ?, ?)", (conversation.id, conversation.title, model, now, now))
         return conversation
 
-    def add_messages(self, conversation_id: str, messages: list[dict]) -> None:
-        """Add messages at the end, all in one transaction (a turn: the user's message and
-        the reply); the first user message titles an untitled conversation.
+    def add_messages(self, conversation_id: str, messages: list[dict],
+                     parent: Optional[int] = None) -> list[int]:
+        """Add messages as a chain after ``parent``, all in one transaction (a turn: the
+        user's message and the reply), and make the last one the conversation's head.
+        The first user message titles an untitled conversation.
 
-        Each message is ``{"role", "content"}``, optionally with ``"stats"`` (a dict).
+        Args:
+            conversation_id: The conversation's full id.
+            messages: ``{"role", "content"}`` dicts, optionally with ``"stats"`` (a dict).
+            parent: The ``seq`` to continue from: ``None`` for the head (the end of the
+                branch on screen), the parent of an answer to regenerate it (a new
+                version), the parent of a user message to edit it (a new branch), or
+                :data:`ROOT`.
+
+        Returns:
+            The ``seq`` of each added message.
 
         Raises:
             QuantDeskError: There is no such conversation (deleted meanwhile).
         """
         now = time.time()
+        seqs = []
         with self._db() as db:
-            row = db.execute("SELECT title, (SELECT COUNT(*) FROM messages WHERE conversation_id = ?) "
-                             "FROM conversations WHERE id = ?", (conversation_id, conversation_id)).fetchone()
+            row = db.execute("SELECT title, head, (SELECT MAX(seq) FROM messages WHERE "
+                             "conversation_id = ?) FROM conversations WHERE id = ?",
+                             (conversation_id, conversation_id)).fetchone()
             if row is None:
                 raise self._missing(conversation_id)
-            title, count = row
-            for seq, message in enumerate(messages, start=count):
+            title, head, last = row
+            after = parent if parent is not None else (head if head is not None else
+                                                       (last if last is not None else ROOT))
+            seq = -1 if last is None else last
+            for message in messages:
+                seq += 1
                 stats = message.get("stats")
-                db.execute("INSERT INTO messages (conversation_id, seq, role, content, created, stats) "
-                           "VALUES (?, ?, ?, ?, ?, ?)", (conversation_id, seq, message["role"],
-                                                         message["content"], now,
-                                                         json.dumps(stats) if stats else None))
+                db.execute("INSERT INTO messages (conversation_id, seq, role, content, created, "
+                           "stats, parent) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (conversation_id, seq, message["role"], message["content"], now,
+                            json.dumps(stats) if stats else None, after))
                 if not title and message["role"] == "user":
                     title = title_from(message["content"])
-            db.execute("UPDATE conversations SET updated = ?, title = ? WHERE id = ?",
-                       (now, title, conversation_id))
+                seqs.append(seq)
+                after = seq
+            db.execute("UPDATE conversations SET updated = ?, title = ?, head = ? WHERE id = ?",
+                       (now, title, after, conversation_id))
+        return seqs
 
     def get(self, conversation_id: str) -> Conversation:
-        """The conversation with its messages, oldest first.
+        """The conversation with the messages of its current branch, oldest first.
 
         ``conversation_id`` may be a unique prefix of the id (as the CLI prints it).
 
@@ -157,11 +238,96 @@ class ConversationStore:
         with self._db() as db:
             row = db.execute("SELECT id, title, model, created, updated FROM conversations "
                              "WHERE id = ?", (full_id,)).fetchone()
-            messages = db.execute("SELECT role, content FROM messages WHERE conversation_id = ? "
-                                  "ORDER BY seq", (full_id,)).fetchall()
-        conversation = Conversation(*row, message_count=len(messages))
-        conversation.messages = [{"role": role, "content": content} for role, content in messages]
+            branch = self._branch(db, full_id)
+        conversation = Conversation(*row, message_count=len(branch))
+        conversation.messages = [m.message for m in branch]
         return conversation
+
+    def branch(self, conversation_id: str) -> list[BranchMessage]:
+        """The messages of the current branch, with their versions (what the GUI shows)."""
+        with self._db() as db:
+            return self._branch(db, self.resolve(conversation_id))
+
+    @staticmethod
+    def _tree(db: sqlite3.Connection, full_id: str) -> tuple[dict, dict, Optional[int]]:
+        """Every message by seq, the visible children of each parent, and the head."""
+        rows = db.execute("SELECT seq, parent, role, content, created, stats, hidden FROM messages "
+                          "WHERE conversation_id = ? ORDER BY seq", (full_id,)).fetchall()
+        by_seq: dict[int, tuple] = {}
+        children: dict[int, list[int]] = {}
+        for seq, parent, role, content, created, stats, hidden in rows:
+            parent = (seq - 1 if seq > 0 else ROOT) if parent is None else parent  # before v1
+            by_seq[seq] = (parent, role, content, created, stats, hidden)
+            if not hidden:
+                children.setdefault(parent, []).append(seq)
+        head = db.execute("SELECT head FROM conversations WHERE id = ?", (full_id,)).fetchone()
+        head = head[0] if head and head[0] is not None else (rows[-1][0] if rows else None)
+        return by_seq, children, head
+
+    def _branch(self, db: sqlite3.Connection, full_id: str) -> list[BranchMessage]:
+        by_seq, children, head = self._tree(db, full_id)
+        path = []
+        seq = head
+        while seq is not None and seq in by_seq and len(path) <= len(by_seq):
+            path.append(seq)
+            seq = by_seq[seq][0] if by_seq[seq][0] != ROOT else None
+        branch = []
+        for seq in reversed(path):
+            parent, role, content, created, stats, hidden = by_seq[seq]
+            if hidden:
+                continue
+            siblings = children.get(parent, [seq])
+            branch.append(BranchMessage(seq, parent, role, content, created,
+                                        json.loads(stats) if stats else None,
+                                        siblings.index(seq) + 1, siblings))
+        return branch
+
+    def select(self, conversation_id: str, seq: int) -> None:
+        """Show the branch through message ``seq`` (a version picked with ‹ ›): the head
+        becomes its newest descendant, following the newest child at each step."""
+        full_id = self.resolve(conversation_id)
+        with self._db() as db:
+            by_seq, children, _ = self._tree(db, full_id)
+            if seq not in by_seq:
+                raise QuantDeskError(f"The conversation has no message {seq}.",
+                                     "Reopen the conversation; it may have changed meanwhile.")
+            while children.get(seq):
+                seq = children[seq][-1]
+            db.execute("UPDATE conversations SET head = ? WHERE id = ?", (seq, full_id))
+
+    def hide(self, conversation_id: str, seq: int) -> None:
+        """Delete a message from the conversation as shown and sent (its row stays, so the
+        messages after it keep their place; versions of it remain)."""
+        full_id = self.resolve(conversation_id)
+        with self._db() as db:
+            db.execute("UPDATE messages SET hidden = 1 WHERE conversation_id = ? AND seq = ?",
+                       (full_id, seq))
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), full_id))
+
+    def settings(self, conversation_id: str) -> dict:
+        """The conversation's own settings (system prompt, sampling, schema text...)."""
+        full_id = self.resolve(conversation_id)
+        with self._db() as db:
+            row = db.execute("SELECT settings FROM conversations WHERE id = ?", (full_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
+
+    def set_settings(self, conversation_id: str, values: dict) -> None:
+        """Replace the conversation's own settings (plain JSON values)."""
+        full_id = self.resolve(conversation_id)
+        with self._db() as db:
+            db.execute("UPDATE conversations SET settings = ? WHERE id = ?",
+                       (json.dumps(values), full_id))
+
+    def search(self, text: str) -> list[Conversation]:
+        """Conversations whose title or any message contains ``text`` (case-insensitive for
+        ASCII), the most recently used first; every conversation for empty text."""
+        needle = text.strip()
+        if not needle:
+            return self.list()
+        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return self._list(where="WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM "
+                               "messages s WHERE s.conversation_id = c.id AND s.hidden = 0 AND "
+                               "s.content LIKE ?1 ESCAPE '\\')", args=(pattern,))
 
     def resolve(self, id_or_prefix: str) -> str:
         """The full id of the one conversation whose id starts with ``id_or_prefix``."""
@@ -177,12 +343,19 @@ class ConversationStore:
         return ids[0]
 
     def list(self) -> list[Conversation]:
-        """Every conversation (without messages), the most recently used first."""
+        """Every conversation (without messages), the most recently used first.
+
+        ``message_count`` counts the stored messages that are not deleted, every version
+        included.
+        """
+        return self._list()
+
+    def _list(self, where: str = "", args: tuple = ()) -> list[Conversation]:
         with self._db() as db:
             rows = db.execute(
                 "SELECT c.id, c.title, c.model, c.created, c.updated, COUNT(m.seq) "
                 "FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id "
-                "GROUP BY c.id ORDER BY c.updated DESC").fetchall()
+                f"AND m.hidden = 0 {where} GROUP BY c.id ORDER BY c.updated DESC", args).fetchall()
         return [Conversation(*row[:5], message_count=row[5]) for row in rows]
 
     def rename(self, conversation_id: str, title: str) -> None:

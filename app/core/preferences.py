@@ -74,23 +74,30 @@ class Preferences:
         Raises:
             QuantDeskError: The config folder is not writable.
         """
-        self._values[key] = value
-        self._save()
+        with _lock:
+            # Read the file again first: another Preferences object (the window's, a
+            # page's) may have saved other keys since this one was created, and writing
+            # this object's stale copy would silently undo them.
+            self._values = self._read()
+            self._values[key] = value
+            self._save()
 
     def remove(self, key: str) -> None:
         """Forget ``key`` (nothing happens when it is not set)."""
-        if self._values.pop(key, None) is not None:
-            self._save()
+        with _lock:
+            self._values = self._read()
+            if self._values.pop(key, None) is not None:
+                self._save()
 
     def _save(self) -> None:
-        with _lock:
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            try:
-                tmp.write_text(json.dumps(self._values, indent=2, sort_keys=True), encoding="utf-8")
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                tmp.unlink(missing_ok=True)
-                raise QuantDeskError(
-                    f"QuantDesk cannot save its preferences to {self.path} ({exc.strerror}).",
-                    "Check that the disk is not full and the folder is writable.",
-                ) from exc
+        """Write the values (callers hold ``_lock``)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self._values, indent=2, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise QuantDeskError(
+                f"QuantDesk cannot save its preferences to {self.path} ({exc.strerror}).",
+                "Check that the disk is not full and the folder is writable.",
+            ) from exc

@@ -1,0 +1,62 @@
+"""A saved conversation as a Markdown or JSON file (File ▸ Export, the sidebar's menu).
+
+Both hold the current branch, as the chat shows it. JSON also carries each reply's
+stats and which version of how many a message is, so nothing seen on screen is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from app.core.conversations import ConversationStore
+from app.core.errors import QuantDeskError
+from app.core.jobs import atomic_output
+
+FORMATS = ("markdown", "json")
+_ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
+
+
+def conversation_markdown(store: ConversationStore, conversation_id: str) -> str:
+    """The conversation as Markdown: a title, then one section per message."""
+    conversation = store.get(conversation_id)
+    lines = [f"# {conversation.title or 'Conversation'}", ""]
+    if conversation.model:
+        lines += [f"*Model: {Path(conversation.model).name}*", ""]
+    for message in store.branch(conversation.id):
+        lines += [f"## {_ROLE_NAMES.get(message.role, message.role)}", "", message.content, ""]
+    return "\n".join(lines)
+
+
+def conversation_json(store: ConversationStore, conversation_id: str) -> dict:
+    """The conversation as plain JSON values."""
+    conversation = store.get(conversation_id)
+    return {
+        "id": conversation.id, "title": conversation.title, "model": conversation.model,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(conversation.created)),
+        "messages": [{"role": m.role, "content": m.content, "stats": m.stats,
+                      "version": m.version, "versions": len(m.versions)}
+                     for m in store.branch(conversation.id)],
+    }
+
+
+def export_conversation(store: ConversationStore, conversation_id: str, path: Path,
+                        fmt: str) -> Path:
+    """Write the conversation to ``path`` (atomically) as ``markdown`` or ``json``.
+
+    Raises:
+        QuantDeskError: Unknown format, or the file could not be written.
+    """
+    if fmt not in FORMATS:
+        raise QuantDeskError(f"Conversations export as {' or '.join(FORMATS)}, not {fmt!r}.")
+    text = conversation_markdown(store, conversation_id) if fmt == "markdown" else \
+        json.dumps(conversation_json(store, conversation_id), indent=2, ensure_ascii=False)
+    path = Path(path)
+    try:
+        with atomic_output(path) as tmp:
+            Path(tmp).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise QuantDeskError(f"Could not write {path}: {exc.strerror}.",
+                             "Choose a folder you can write to.") from None
+    return path

@@ -1,0 +1,192 @@
+"""The chat page's handle on the engine: loads and replies run off the GUI thread.
+
+Both go through :func:`~app.ui.worker.start_job` (the one way the GUI runs core work).
+A reply's deltas are collected by the worker thread into a list; the page takes them
+with :meth:`ChatEngine.take_text` from a ~30 Hz timer, so the GUI never handles one
+token at a time and the worker never waits for the GUI. The engine itself is a child
+process (:class:`~models.engine.EngineClient`): the GUI process does not load llama.cpp
+to generate, and a crash of the engine ends one reply, not the window.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from PySide6.QtCore import QObject, QThreadPool, Signal
+from shiboken6 import isValid
+
+from app.core.errors import QuantDeskError
+from app.ui.worker import JobWorker, start_job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReplyOutcome:
+    """How a reply ended: ``reply`` (a :class:`~models.engine.client.ChatReply`) and, when
+    it did not end normally, the error (``crashed`` when the engine process died)."""
+
+    reply: object
+    error: Optional[QuantDeskError] = None
+    crashed: bool = False
+    finished_at: float = 0.0  # perf_counter when the worker received the last event
+
+    @property
+    def text(self) -> str:
+        partial = getattr(self.error, "partial_text", "") if self.crashed else ""
+        return self.reply.text or partial
+
+    def stats(self) -> dict:
+        """The stats to store with the reply (a crash or error is marked)."""
+        if self.reply.stats is not None:
+            return self.reply.stats.to_dict()
+        return {"stop_reason": "crashed" if self.crashed else "error"}
+
+
+class ChatEngine(QObject):
+    """Loads a model and streams replies; one of each at a time."""
+
+    loaded = Signal(object)      # LoadReport
+    load_failed = Signal(str)
+    reply_done = Signal(object)  # ReplyOutcome
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._client = None
+        self._buffer: list[str] = []
+        self._load_job: Optional[JobWorker] = None
+        self._reply_job: Optional[JobWorker] = None
+        self._reply = None
+        self.model_path: Optional[Path] = None
+        self.settings = None  # the LoadSettings of the last successful load
+        self.report = None
+        self._owns_client = True
+        # Its own pool: a reply holds a thread for as long as it streams, and must not
+        # wait behind other pages' downloads or quantize jobs on the global pool.
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(2)
+
+    def use_client(self, client) -> None:
+        """Use an engine that someone else owns and stops (tests share one process)."""
+        self._client, self._owns_client = client, False
+
+    @property
+    def client(self):
+        """The :class:`EngineClient`, created on first use (no engine until a model)."""
+        if self._client is None:
+            from models.engine import EngineClient
+
+            self._client = EngineClient()
+        return self._client
+
+    @property
+    def loading(self) -> bool:
+        return self._load_job is not None
+
+    @property
+    def streaming(self) -> bool:
+        return self._reply_job is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.report is not None and not self.loading
+
+    # -- loading ------------------------------------------------------------------
+
+    def load(self, path: Path, settings) -> None:
+        """Load ``path`` with ``settings`` in the background; emits loaded/load_failed."""
+        client = self.client
+        self.model_path = Path(path)
+        self.report = None
+
+        def job(report, token):
+            return client.load(path, settings)
+
+        self._load_job = start_job(
+            job, on_finished=lambda rep: isValid(self) and self._load_finished(rep, settings),
+            on_failed=lambda message: isValid(self) and self._load_error(message), pool=self._pool)
+
+    def _load_finished(self, report, settings) -> None:
+        self._load_job = None
+        self.report, self.settings = report, settings
+        self.loaded.emit(report)
+
+    def _load_error(self, message: str) -> None:
+        self._load_job = None
+        self.load_failed.emit(message)
+
+    # -- replies ----------------------------------------------------------------------
+
+    def start_reply(self, messages: list[dict], options, conversation_id: Optional[str]) -> None:
+        """Start streaming a reply.
+
+        Raises:
+            QuantDeskError: At once, before anything is sent: no model, invalid options
+                (a schema the grammar cannot enforce is listed here), a reply running.
+        """
+        if self.streaming:
+            raise QuantDeskError("A reply is still being written.",
+                                 "Wait for it, or press Esc to stop it.")
+        if self.report is None:
+            raise QuantDeskError("No model is loaded yet.",
+                                 "Choose a model in the Model list (or drop a .gguf file here).")
+        reply = self.client.chat(messages, options, conversation_id=conversation_id)
+        buffer = self._buffer = []
+
+        def job(report, token):
+            from models.engine.client import EngineCrashed
+
+            try:
+                for delta in reply:
+                    buffer.append(delta)  # list.append is atomic; the GUI takes them
+            except EngineCrashed as exc:
+                return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter())
+            except QuantDeskError as exc:
+                return ReplyOutcome(reply, exc, finished_at=time.perf_counter())
+            return ReplyOutcome(reply, finished_at=time.perf_counter())
+
+        self._reply = reply
+        self._reply_job = start_job(
+            job, on_finished=lambda outcome: isValid(self) and self._reply_finished(outcome),
+            on_failed=lambda message: isValid(self) and self._reply_finished(
+                ReplyOutcome(reply, QuantDeskError(message))), pool=self._pool)
+
+    def take_text(self) -> str:
+        """The text streamed since the last call (called by the GUI's timer)."""
+        buffer = self._buffer
+        count = len(buffer)
+        if not count:
+            return ""
+        text = "".join(buffer[:count])
+        del buffer[:count]
+        return text
+
+    def _reply_finished(self, outcome: ReplyOutcome) -> None:
+        self._reply_job = None
+        self._reply = None
+        self.reply_done.emit(outcome)
+
+    def stop(self) -> None:
+        """Stop the reply: llama.cpp stops mid-computation, the text so far is kept."""
+        if self._reply is not None:
+            self._reply.cancel()
+
+    @property
+    def running_client(self):
+        """The EngineClient when a model is loaded (it deletes saved states itself)."""
+        return self._client if self.ready else None
+
+    @property
+    def engine_pid(self) -> Optional[int]:
+        """The engine process id, ``None`` when none runs."""
+        return self._client.pid if self._client is not None else None
+
+    def shutdown(self) -> None:
+        """Stop any reply and the engine process (the window is closing)."""
+        self.stop()
+        if self._client is not None and self._owns_client:
+            self._client.shutdown()

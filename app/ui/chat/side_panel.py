@@ -1,0 +1,151 @@
+"""The chat's side panel: the model picker and load status, then folding sections (superqt's
+``QCollapsible``) for load settings, sampling, system prompt and JSON mode
+(:mod:`app.ui.chat.settings_forms`). Loading, replying and storing are the page's business.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer
+from shiboken6 import isValid
+from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
+
+PATH_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+def human_size(n: int) -> str:
+    """Bytes as MiB or GiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+class ModelListModel(QAbstractListModel):
+    """The models to choose from: the Library's GGUF files plus any file opened directly."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._rows: list[tuple[str, str, str]] = []  # path, label, tooltip
+
+    def set_library(self, models: list) -> None:
+        """Rows from :class:`~models.library.LibraryModel` entries (GGUF only)."""
+        rows = []
+        for m in models:
+            if m.kind != "gguf" or m.error:
+                continue
+            template = "chat template" if m.chat_template else "no chat template"
+            ctx = f"{m.context_length:,} ctx" if m.context_length else "ctx ?"
+            label = f"{m.name} · {m.quant or '?'} · {human_size(m.size)} · {ctx} · {template}"
+            rows.append((m.path, label, m.path))
+        extra = [r for r in self._rows if r[0] not in {p for p, _, _ in rows}]
+        self.beginResetModel()
+        self._rows = rows + extra
+        self.endResetModel()
+
+    def add_path(self, path: Path) -> int:
+        """Make sure ``path`` is a row; return its row."""
+        key = str(Path(path))
+        for row, (p, _, _) in enumerate(self._rows):
+            if p == key:
+                return row
+        self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows))
+        self._rows.append((key, Path(path).name, key))
+        self.endInsertRows()
+        return len(self._rows) - 1
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 - Qt
+        return 0 if parent.isValid() else len(self._rows)
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        path, label, tip = self._rows[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return label
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return tip
+        if role == PATH_ROLE:
+            return path
+        return None
+
+
+class SidePanel(QScrollArea):
+    """Model picker and load status on top; folding sections below."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatSidePanel")
+        self.setWidgetResizable(True)
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(8, 8, 8, 8)
+        self.models = ModelListModel(self)
+        self.model_picker = QComboBox()
+        self.model_picker.setAccessibleName("Model")
+        self.model_picker.setModel(self.models)
+        self.model_picker.setPlaceholderText("Choose a model…")
+        self.model_picker.setMinimumContentsLength(16)
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)  # llama.cpp reports no fraction: a busy bar
+        self.progress.setAccessibleName("Loading")
+        self.progress.hide()
+        self.status = QLabel("No model loaded.")
+        self.status.setObjectName("loadStatus")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(QLabel("<b>Model</b>"))
+        layout.addWidget(self.model_picker)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        self._layout = layout
+        self.sections = {}
+        self.setWidget(body)
+
+    def build_sections(self) -> None:
+        """Build the settings sections (once; after the window is on screen)."""
+        if self.sections or not isValid(self._layout):  # built, or the window is going away
+            return
+        from superqt import QCollapsible
+
+        from app.ui.chat.settings_forms import JsonModeForm, LoadSettingsForm, SamplingForm
+
+        layout = self._layout
+        self.load_form = LoadSettingsForm()
+        self.sampling = SamplingForm()
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setAccessibleName("System prompt")
+        self.system_prompt.setPlaceholderText("Optional: how the assistant should behave")
+        self.system_prompt.setMaximumHeight(110)
+        self.json_mode = JsonModeForm()
+        for title, widget, expanded in (("Load settings", self.load_form, True),
+                                        ("Sampling", self.sampling, False),
+                                        ("System prompt", self.system_prompt, False),
+                                        ("Structured output", self.json_mode, False)):
+            section = QCollapsible(title, expandedIcon="▾", collapsedIcon="▸")
+            section.addWidget(widget)
+            if expanded:
+                section.expand(animate=False)
+            else:
+                section.collapse(animate=False)
+            self.sections[title] = section
+            layout.addWidget(section)
+        layout.addStretch(1)
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt
+        """Redraw the sections' arrows in the new theme's text colour (superqt paints
+        string icons once, with the palette of the moment)."""
+        from PySide6.QtCore import QEvent
+
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            QTimer.singleShot(0, self, self._repaint_arrows)  # after the children's palettes
+
+    def _repaint_arrows(self) -> None:
+        for section in self.sections.values():
+            section.setExpandedIcon("▾")
+            section.setCollapsedIcon("▸")
+
+    def current_model(self) -> Optional[Path]:
+        path = self.model_picker.currentData(PATH_ROLE)
+        return Path(path) if path else None

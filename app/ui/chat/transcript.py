@@ -1,0 +1,262 @@
+"""The transcript: one QTextBrowser holding the whole conversation as a rich-text document.
+
+Why one document and not a widget per message: a 500-message conversation opens in one
+pass of appends, selection and Ctrl+F work across messages, and Qt lays out only the
+blocks that change. Finished messages are rendered once (Markdown, highlighted code);
+the reply being streamed is appended in two parts — its finished segments, rendered
+when they close, and the unfinished tail after them, which alone is replaced as new text
+arrives (:func:`~app.ui.chat.markdown.stable_length`). Per tick the work is bounded by
+the tail, never by the whole reply.
+
+Actions are links in the document (``qd:ACTION:SEQ``): copy, edit, regenerate, delete,
+and ‹ › between versions; :attr:`TranscriptView.action` carries them to the page.
+Other links open in the browser.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Optional
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette, QTextCursor
+from PySide6.QtWidgets import QTextBrowser
+
+from app.ui.chat.facts import facts_line
+from app.ui.chat.markdown import CODE_ANCHOR, DocumentWriter, stable_length
+
+SHOWN_AT_FIRST = 40  # messages rendered when a conversation opens; earlier ones on request
+ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
+
+
+def pretty_json(text: str) -> str:
+    """A JSON reply indented for reading (the text itself when it does not parse)."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+
+
+class TranscriptView(QTextBrowser):
+    """The conversation on screen. Emits :attr:`action` ``(name, seq)`` for its links."""
+
+    action = Signal(str, int)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("transcript")
+        self.setAccessibleName("Transcript")
+        self.setOpenLinks(False)
+        self.setUndoRedoEnabled(False)  # an undo stack of every streamed token is waste
+        self.anchorClicked.connect(self._on_anchor)
+        self._code: dict[int, str] = {}
+        self._contents: dict[int, str] = {}
+        self._writer: Optional[DocumentWriter] = None
+        self._reply_start = 0
+        self._tail_start = 0
+        self._stable = 0
+        self._streamed = ""
+        self.document().setDocumentMargin(16)
+
+    # -- building -----------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Render and paint a small sample once, off screen, before any reply: Qt's first
+        Markdown parse and the first glyphs of each font cost ~30 ms, a stall otherwise
+        seen at the start of the first reply."""
+        from PySide6.QtGui import QImage, QPainter, QTextDocument
+
+        from app.ui.chat.markdown import DocumentWriter
+
+        document = QTextDocument()
+        document.setDefaultFont(self.document().defaultFont())
+        writer = DocumentWriter(document, self._dark(), {})
+        writer.append(writer.cursor_at_end(), "# A\n\n## B\n\n**b** *i* `c` [l](https://a.b)\n\n"
+                                              "| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = 1\n```\n")
+        document.setTextWidth(400)
+        image = QImage(400, 300, QImage.Format.Format_ARGB32)
+        painter = QPainter(image)
+        document.drawContents(painter)
+        painter.end()
+
+    def _dark(self) -> bool:
+        return self.palette().color(QPalette.ColorRole.Base).lightness() < 128
+
+    def _quiet(self) -> str:
+        return self.palette().color(QPalette.ColorRole.PlaceholderText).name()
+
+    def writer(self) -> DocumentWriter:
+        if self._writer is None or self._writer.dark != self._dark():
+            self._writer = DocumentWriter(self.document(), self._dark(), self._code)
+        return self._writer
+
+    def clear_messages(self) -> None:
+        """An empty transcript."""
+        self.clear()
+        self._code.clear()
+        self._contents.clear()
+        self._streamed = ""
+
+    def set_messages(self, messages: list, notice: str = "",
+                     limit: Optional[int] = SHOWN_AT_FIRST) -> None:
+        """Show a branch (:class:`~app.core.conversations.BranchMessage` list) from scratch.
+
+        Only the last ``limit`` messages are rendered, behind a "Show earlier messages"
+        link, so a long conversation opens at once; ``None`` renders them all.
+        """
+        self.setUpdatesEnabled(False)
+        try:
+            self.clear_messages()
+            cursor = self.writer().cursor_at_end()
+            cursor.beginEditBlock()  # one layout pass for the whole conversation
+            if limit is not None and len(messages) > limit:
+                hidden = len(messages) - limit
+                messages = messages[hidden:]
+                cursor.insertHtml(f'<a href="qd:earlier:0">Show {hidden} earlier '
+                                  f'message{"s" if hidden > 1 else ""}</a>')
+            for message in messages:
+                self._append_message(cursor, message)
+            if notice:
+                self._append_note(cursor, notice)
+            cursor.endEditBlock()
+        finally:
+            self.setUpdatesEnabled(True)
+        self.scroll_to_bottom()
+
+    def _header(self, cursor: QTextCursor, role: str, seq: Optional[int] = None,
+                versions: Optional[list[int]] = None, version: int = 1) -> None:
+        links = []
+        if seq is not None:
+            links.append(f'<a href="qd:copy:{seq}">Copy</a>')
+            if role == "user":
+                links.append(f'<a href="qd:edit:{seq}">Edit</a>')
+            if role == "assistant":
+                links.append(f'<a href="qd:regenerate:{seq}">Regenerate</a>')
+            links.append(f'<a href="qd:delete:{seq}">Delete</a>')
+            if versions and len(versions) > 1:
+                index = version - 1
+                back = f'<a href="qd:version:{versions[index - 1]}">‹</a>' if index > 0 else "‹"
+                ahead = f'<a href="qd:version:{versions[index + 1]}">›</a>' \
+                    if index + 1 < len(versions) else "›"
+                links.append(f"{back} {version}/{len(versions)} {ahead}")
+        writer = self.writer()
+        writer.new_block(cursor, top_margin=18)
+        cursor.insertHtml(f'<b>{ROLE_NAMES.get(role, role)}</b>'
+                          f'&nbsp;&nbsp;&nbsp;<span style="font-size:small; color:{self._quiet()}">'
+                          f'{" &nbsp;·&nbsp; ".join(links)}</span>')
+
+    def _append_note(self, cursor: QTextCursor, text: str, colour: Optional[str] = None) -> None:
+        self.writer().new_block(cursor)
+        cursor.insertHtml(f'<span style="font-size:small; color:{colour or self._quiet()}">'
+                          f"{html.escape(text)}</span>")
+
+    def append_message(self, message) -> None:
+        """Add one finished message at the end."""
+        follow = self.at_bottom()
+        self._append_message(self.writer().cursor_at_end(), message)
+        if follow:
+            self.scroll_to_bottom()
+
+    def _append_message(self, cursor: QTextCursor, message) -> None:
+        self._contents[message.seq] = message.content
+        self._header(cursor, message.role, message.seq, message.versions, message.version)
+        stats = message.stats or {}
+        writer = self.writer()
+        if stats.get("valid") is not None:
+            self._append_json(cursor, message.content, stats)
+        elif message.role == "assistant":
+            writer.append(cursor, message.content)
+        else:  # what a person typed is shown as typed
+            writer.append_plain(cursor, message.content)
+        line = facts_line(stats)
+        if line:
+            self._append_note(cursor, line)
+
+    def _append_json(self, cursor: QTextCursor, text: str, stats: dict) -> None:
+        from app.ui.chat.markdown import Segment
+
+        valid = stats.get("valid")
+        from app.ui.theme import color
+
+        good, bad = color("ok"), color("bad")
+        badge = "✓ valid JSON" if valid else f"✗ invalid JSON: {stats.get('validation_error', '')}"
+        self._append_note(cursor, badge, good if valid else bad)
+        self.writer().append_code(cursor, Segment(pretty_json(text), "json"))
+
+    # -- streaming ------------------------------------------------------------------
+
+    def begin_reply(self) -> None:
+        """Start showing a reply being generated at the end of the transcript."""
+        cursor = self.writer().cursor_at_end()
+        self._reply_start = cursor.position()
+        self._header(cursor, "assistant")
+        self._tail_start = self.writer().cursor_at_end().position()
+        self._stable = 0
+        self._streamed = ""
+
+    def add_text(self, delta: str) -> None:
+        """Append streamed text: render what has closed, replace the unfinished tail."""
+        if not delta:
+            return
+        follow = self.at_bottom()
+        self._streamed += delta
+        writer = self.writer()
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._tail_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        stable = stable_length(self._streamed)
+        if stable > self._stable:
+            writer.append(cursor, self._streamed[self._stable:stable])
+            self._stable = stable
+            self._tail_start = writer.cursor_at_end().position()
+        writer.append_tail(cursor, self._streamed[self._stable:])
+        if follow:
+            self.scroll_to_bottom()
+
+    def finish_reply(self, message) -> None:
+        """Replace the streamed reply with its final rendering (versions, facts line)."""
+        follow = self.at_bottom()
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._reply_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self._append_message(self.writer().cursor_at_end(), message)
+        self._streamed = ""
+        if follow:
+            self.scroll_to_bottom()
+
+    @property
+    def streamed_text(self) -> str:
+        """The text of the reply being streamed so far."""
+        return self._streamed
+
+    # -- scrolling and links --------------------------------------------------------
+
+    def at_bottom(self) -> bool:
+        """Whether the view shows the end (auto-scroll follows the reply only then)."""
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - 4
+
+    def scroll_to_bottom(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def message_text(self, seq: int) -> str:
+        return self._contents.get(seq, "")
+
+    def _on_anchor(self, url: QUrl) -> None:
+        link = url.toString()
+        if link.startswith(CODE_ANCHOR):
+            QGuiApplication.clipboard().setText(self._code.get(int(link[len(CODE_ANCHOR):]), ""))
+        elif link.startswith("qd:"):
+            _, name, seq = link.split(":", 2)
+            if name == "copy":
+                QGuiApplication.clipboard().setText(self._contents.get(int(seq), ""))
+            self.action.emit(name, int(seq))
+        elif url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+    def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt override
+        return False if source.hasUrls() else super().canInsertFromMimeData(source)

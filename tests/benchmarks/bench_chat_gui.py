@@ -1,0 +1,274 @@
+"""Benchmark: the Chat page's streaming, decode speed, launch and long-conversation opening.
+
+1. **Stall while streaming.** A scripted token source (a thread, like the engine worker)
+   emits a long reply of Markdown and code (≥ 4,000 tokens) at ≥ 200 tokens/s; the page's
+   own mechanism takes the text at ~30 Hz into the real :class:`TranscriptView`. A 10 ms
+   heartbeat timer on the GUI thread measures its lateness: worst and 99th percentile.
+   Goal: worst ≤ 50 ms. Also printed: the GUI thread's own CPU time per tick (take the
+   text, render, paint), which separates our work from a busy machine's preemption.
+2. **Decode through the GUI vs EngineClient alone**: the same model, settings and prompt
+   (greedy, ``ignore_eos``, fixed length), runs alternated; decode tok/s as the receiving
+   thread sees it (first to last delta). Goal: GUI ≥ 97 % of EngineClient alone.
+3. **Launch to a usable window** (no model): a fresh process, from start to the window on
+   screen with the message box focused. Goal ≤ 1.0 s.
+4. **Opening a conversation of 500 messages**. Goal ≤ 0.5 s.
+
+Run: ``.venv/bin/python tests/benchmarks/bench_chat_gui.py [MODEL.gguf] [--runs N]``
+(offscreen unless ``DISPLAY`` and ``QT_QPA_PLATFORM=xcb`` are set). Timings on a shared
+machine are noisy: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+TOKENS, RATE = 4_200, 250  # scripted reply length and tokens per second
+DECODE_TOKENS = 192
+
+PARAGRAPH = ("The **engine** streams tokens while the window stays responsive; each "
+             "paragraph has `inline code`, a [link](https://example.com) and *emphasis*. ")
+CODE = ("```python\ndef fibonacci(n: int) -> list[int]:\n    \"\"\"The first n numbers.\"\"\"\n"
+        "    values = [0, 1]\n    while len(values) < n:\n        values.append(values[-1] + values[-2])\n"
+        "    return values[:n]\n```\n\n")
+TABLE = "| name | value |\n|---|---|\n| alpha | 1 |\n| beta | 2 |\n\n"
+
+
+def scripted_tokens(count: int) -> list[str]:
+    """Markdown with paragraphs, lists, tables and code, cut into ~4-character tokens."""
+    text, parts = "", 0
+    while len(text) < count * 4:
+        parts += 1
+        text += f"## Part {parts}\n\n" + PARAGRAPH * 3 + "\n\n- one item\n- another item\n\n"
+        text += CODE if parts % 2 else TABLE
+    return [text[i:i + 4] for i in range(0, count * 4, 4)]
+
+
+def wait_until(app, condition, timeout=300.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        app.processEvents()
+        time.sleep(0.002)
+        if time.perf_counter() > deadline:
+            raise TimeoutError("benchmark step timed out")
+
+
+def bench_stall(app) -> dict:
+    from PySide6.QtCore import QTimer
+
+    from app.ui.chat.page import TICK_MS
+    from app.ui.chat.transcript import TranscriptView
+
+    from app.ui.chat.markdown import warm_up
+
+    view = TranscriptView()
+    view.resize(900, 700)
+    view.show()
+    warm_up()  # what the page does when it starts (in a worker)
+    view.warm_up()
+    tokens = scripted_tokens(TOKENS)
+    buffer: list[str] = []
+    done = threading.Event()
+
+    def produce() -> None:  # the engine worker's role: append deltas at RATE
+        start = time.perf_counter()
+        for i, token in enumerate(tokens):
+            delay = start + i / RATE - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            buffer.append(token)
+        done.set()
+
+    work: list[float] = []
+
+    def take() -> None:  # ChatEngine.take_text + TranscriptView.add_text, as the page does
+        count = len(buffer)
+        if count:
+            begun = time.thread_time()  # this thread's CPU: our work, not the scheduler's
+            text = "".join(buffer[:count])
+            del buffer[:count]
+            view.add_text(text)
+            view.viewport().repaint()  # include the paint in the measured work
+            work.append(time.thread_time() - begun)
+
+    lateness: list[float] = []
+    last = [time.perf_counter()]
+
+    def beat() -> None:
+        now = time.perf_counter()
+        lateness.append(max(0.0, now - last[0] - 0.010))
+        last[0] = now
+
+    heartbeat = QTimer(interval=10)
+    heartbeat.setTimerType(heartbeat.timerType().PreciseTimer)
+    heartbeat.timeout.connect(beat)
+    tick = QTimer(interval=TICK_MS)
+    tick.timeout.connect(take)
+    view.begin_reply()
+    view.viewport().repaint()  # on screen before the reply, as in the window
+    app.processEvents()
+    started = time.perf_counter()
+    threading.Thread(target=produce, daemon=True).start()
+    heartbeat.start()
+    tick.start()
+    wait_until(app, lambda: done.is_set() and not buffer)
+    elapsed = time.perf_counter() - started
+    heartbeat.stop()
+    tick.stop()
+    ordered = sorted(lateness[5:])
+    return {"tokens": len(tokens), "rate": len(tokens) / elapsed,
+            "worst_ms": 1000 * ordered[-1], "p99_ms": 1000 * ordered[int(0.99 * (len(ordered) - 1))],
+            "chars": len(view.streamed_text), "tick_max_ms": 1000 * max(work),
+            "tick_median_ms": 1000 * statistics.median(work)}
+
+
+def bench_decode(app, model: Path, runs: int) -> dict:
+    from app.ui.main_window import MainWindow
+    from models.engine import ChatOptions, EngineClient, LoadSettings
+
+    settings = LoadSettings(threads=2, batch_threads=2, context_length=1024)
+    options = ChatOptions(temperature=0.0, max_tokens=DECODE_TOKENS, ignore_eos=True)
+    client = EngineClient()
+    client.load(model, settings)
+    window = MainWindow()
+    window.show()
+    page = window.show_page("Chat")
+    page.ensure_started()
+    page.engine.use_client(client)
+    page.engine.report, page.engine.model_path, page.engine.settings = client.last_load, model, settings
+    outcomes = []
+    page.engine.reply_done.connect(outcomes.append)
+    alone, gui = [], []
+    for run in range(runs):
+        messages = [{"role": "user", "content": f"Run {run}: write about rivers, lakes and seas."}]
+        reply = client.chat(messages, options)
+        reply.wait()
+        last = time.perf_counter()
+        alone.append((reply.stats.completion_tokens - 1) / (last - reply.first_delta_at))
+
+        messages[0]["content"] = f"Run {run}: write about mountains, hills and valleys."
+        page.transcript.begin_reply()
+        page.engine.start_reply(messages, options, None)
+        page._tick.start()
+        wait_until(app, lambda: len(outcomes) == run + 1)
+        outcome = outcomes[-1]
+        gui.append((outcome.reply.stats.completion_tokens - 1) /
+                   (outcome.finished_at - outcome.reply.first_delta_at))
+    window.close()
+    client.shutdown()
+    return {"alone": statistics.median(alone), "gui": statistics.median(gui),
+            "ratio": statistics.median(gui) / statistics.median(alone)}
+
+
+LAUNCH = r"""
+import time
+start = time.perf_counter()
+import sys
+sys.path.insert(0, sys.argv[1])
+from app.ui.application import create_application
+from app.ui.main_window import MainWindow
+app = create_application()
+window = MainWindow()
+window.show()
+page = window.show_page("Chat")
+while not (window.windowHandle() is not None and window.windowHandle().isExposed()
+           and page.box.hasFocus() or time.perf_counter() - start > 30):
+    app.processEvents()
+usable = time.perf_counter() - start
+while not page.started:
+    app.processEvents()
+print(usable, time.perf_counter() - start)
+"""
+
+
+def bench_launch(runs: int) -> dict:
+    usable, built, wall = [], [], []
+    for _ in range(runs):
+        env = dict(os.environ, QUANTDESK_HOME=tempfile.mkdtemp())
+        started = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", LAUNCH, str(REPO)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        wall.append(time.perf_counter() - started)
+        first, second = map(float, out.stdout.split()[-2:])
+        usable.append(first)
+        built.append(second)
+    return {"usable": min(usable), "built": min(built), "process_wall": min(wall)}
+
+
+def bench_open_500(app) -> dict:
+    from app.core.conversations import ConversationStore
+    from app.ui.main_window import MainWindow
+
+    store = ConversationStore()
+    conversation = store.create(title="Long")
+    reply = "## Answer\n\n" + PARAGRAPH * 2 + "\n\n" + CODE + "- a\n- b\n\n" + TABLE
+    for i in range(250):
+        store.add_messages(conversation.id, [
+            {"role": "user", "content": f"Question {i}: how does this work?"},
+            {"role": "assistant", "content": reply, "stats": {"completion_tokens": 120,
+                                                              "decode_tokens_per_second": 50.0}}])
+    window = MainWindow()
+    window.show()
+    page = window.show_page("Chat")
+    page.ensure_started()
+    app.processEvents()
+    started = time.perf_counter()
+    page.open_conversation(conversation.id)
+    app.processEvents()
+    opened = time.perf_counter() - started
+    started = time.perf_counter()
+    page.transcript.action.emit("earlier", 0)  # "Show earlier messages": all 500
+    app.processEvents()
+    everything = time.perf_counter() - started
+    window.close()
+    return {"open": opened, "all_500": everything}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-engine", action="store_true", help="skip the decode comparison")
+    args = parser.parse_args()
+    os.environ["QUANTDESK_HOME"] = tempfile.mkdtemp()
+    from app.ui.application import create_application
+
+    app = create_application()
+    stall = bench_stall(app)
+    print(f"stream {stall['tokens']} scripted tokens at {stall['rate']:.0f} tok/s into the transcript: "
+          f"heartbeat lateness worst {stall['worst_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms "
+          f"(goal worst <= 50 ms); GUI-thread CPU per 30 Hz tick: median {stall['tick_median_ms']:.1f} ms, "
+          f"longest {stall['tick_max_ms']:.1f} ms", flush=True)
+    opened = bench_open_500(app)
+    print(f"open a 500-message conversation: {opened['open'] * 1000:.0f} ms (last 40 rendered; "
+          f"goal <= 500 ms); rendering all 500: {opened['all_500'] * 1000:.0f} ms", flush=True)
+    launch = bench_launch(args.runs)
+    print(f"launch to usable window (best of {args.runs}): {launch['usable']:.2f} s from interpreter "
+          f"start (goal <= 1.0 s); side panel built at {launch['built']:.2f} s; process wall "
+          f"{launch['process_wall']:.2f} s", flush=True)
+    if args.no_engine:
+        return
+    model = args.model
+    if model is None:
+        from tests.conftest import cached_models_dir, fetch_smollm2
+
+        model = fetch_smollm2(cached_models_dir())
+    decode = bench_decode(app, model, args.runs)
+    print(f"decode {DECODE_TOKENS} tokens, median of {args.runs}: EngineClient alone "
+          f"{decode['alone']:.1f} tok/s, through the GUI {decode['gui']:.1f} tok/s = "
+          f"{decode['ratio']:.1%} (goal >= 97%)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

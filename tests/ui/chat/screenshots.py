@@ -1,0 +1,128 @@
+"""Screenshots of the Chat page for people to look at (run under Xvfb by
+test_chat_xvfb.py): Markdown with highlighted code, the load settings with the memory-fit
+verdict, JSON mode with a valid reply, and the crash banner — in light and dark.
+
+Run: ``python -m tests.ui.chat.screenshots MODEL.gguf OUT_DIR`` with a display.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPLY = """Here is a **small example** with a table and code:
+
+| language | typing |
+|---|---|
+| Python | dynamic |
+| Rust | static |
+
+```python
+def fibonacci(n: int) -> list[int]:
+    \"\"\"The first n Fibonacci numbers.\"\"\"
+    values = [0, 1]
+    while len(values) < n:
+        values.append(values[-1] + values[-2])
+    return values[:n]
+```
+
+Math stays readable: $e^{i\\pi} + 1 = 0$. More in the [Python docs](https://docs.python.org).
+"""
+
+
+def settle(app, seconds=0.4) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def main(model: Path, out: Path) -> None:
+    from app.core.conversations import ConversationStore
+    from app.core.preferences import Preferences
+    from app.ui.application import create_application
+    from app.ui.main_window import MainWindow
+    from app.ui.theme import apply_theme
+    from tests.benchmarks.bench_chat_gui import wait_until as wait
+
+    out.mkdir(parents=True, exist_ok=True)
+    Preferences().set("default_load_settings", {"threads": 2, "batch_threads": 2, "context_length": 2048})
+    store = ConversationStore()
+    demo = store.create(title="Fibonacci in Python", model=str(model))
+    store.add_messages(demo.id, [
+        {"role": "user", "content": "Show me a Fibonacci function in Python, with a table of languages."},
+        {"role": "assistant", "content": REPLY, "stats": {
+            "time_to_first_token": 0.21, "prefill_tokens_per_second": 812.0,
+            "decode_tokens_per_second": 61.4, "completion_tokens": 142,
+            "prompt_tokens_reused": 1984, "session_restored": True, "stop_reason": "stop"}}])
+    app = create_application()
+    window = MainWindow()
+    window.resize(1280, 800)
+    window.show()
+    page = window.show_page("Chat")
+    page.ensure_started()
+    window.open_path(model)
+    wait(app, lambda: page.engine.ready)
+    page.panel.sampling.temperature.setValue(0.0)
+    wait(app, lambda: "RAM" in page.panel.load_form.verdict.text())
+
+    def shot(name: str) -> None:
+        settle(app)
+        window.grab().save(str(out / f"{name}.png"))
+
+    # Generate once (light); the dark shots show the same stored conversations re-rendered.
+    apply_theme("light")
+    page.open_conversation(demo.id)
+    page.panel.sections["Load settings"].expand(animate=False)
+    shot("chat-markdown-light")
+    shot("chat-load-settings-light")
+
+    page.new_chat()
+    page.panel.sections["Load settings"].collapse(animate=False)
+    page.panel.sections["Structured output"].expand(animate=False)
+    page.panel.json_mode.enabled.setChecked(True)
+    page.panel.json_mode.schema.setPlainText(
+        '{"type": "object", "properties": {"city": {"type": "string"}, '
+        '"country": {"type": "string"}}, "required": ["city", "country"]}')
+    page.panel.sampling.max_tokens.setValue(48)
+    page.box.setPlainText("What is the capital of France?")
+    page.send()
+    wait(app, lambda: not page.engine.streaming)
+    json_chat = page.conversation_id
+    shot("chat-json-mode-light")
+    page.panel.sections["Structured output"].collapse(animate=False)
+
+    page.new_chat()
+    page.panel.json_mode.enabled.setChecked(False)
+    page.panel.sampling.max_tokens.setValue(300)
+    page.box.setPlainText("Write a long story about a dragon who bakes bread.")
+    page.send()
+    wait(app, lambda: len(page.transcript.streamed_text) > 80)
+    os.kill(page.engine.engine_pid, signal.SIGKILL)
+    wait(app, lambda: not page.engine.streaming)
+    crash_chat, crash_text = page.conversation_id, page.banner.text()
+    shot("chat-crash-banner-light")
+
+    apply_theme("dark")
+    page.banner.clear()
+    page.open_conversation(demo.id)
+    page.panel.sections["Load settings"].expand(animate=False)
+    shot("chat-markdown-dark")
+    shot("chat-load-settings-dark")
+    page.panel.sections["Load settings"].collapse(animate=False)
+    page.open_conversation(json_chat)
+    page.panel.sections["Structured output"].expand(animate=False)
+    shot("chat-json-mode-dark")
+    page.panel.sections["Structured output"].collapse(animate=False)
+    page.open_conversation(crash_chat)
+    page.banner.show_message(crash_text, "error", "Reload model", page.reload_model)
+    shot("chat-crash-banner-dark")
+    window.close()
+    print("screenshots:", " ".join(sorted(p.name for p in out.glob("chat-*.png"))))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
