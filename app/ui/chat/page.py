@@ -109,6 +109,7 @@ class ChatPage(Page):
         self.sidebar.export_requested.connect(self.choose_export_file)
         self.conversations.renamed.connect(self._rename)
         self.transcript.action.connect(self._message_action)
+        self.transcript.link_failed.connect(lambda text: self.banner.show_message(text, "warning"))
         self.panel.model_picker.activated.connect(self._model_chosen)
         self.find_bar.returnPressed.connect(self._find_next)
         for keys, slot in (("Ctrl+N", self.new_chat), ("Ctrl+F", self.show_find),

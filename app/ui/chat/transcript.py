@@ -20,7 +20,7 @@ import json
 from typing import Optional
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette, QTextCursor
+from PySide6.QtGui import QGuiApplication, QPalette, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.ui.chat.facts import facts_line
@@ -42,6 +42,7 @@ class TranscriptView(QTextBrowser):
     """The conversation on screen. Emits :attr:`action` ``(name, seq)`` for its links."""
 
     action = Signal(str, int)
+    link_failed = Signal(str)  # a link could not be opened: the sentence for the banner
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -256,7 +257,15 @@ class TranscriptView(QTextBrowser):
                 QGuiApplication.clipboard().setText(self._contents.get(int(seq), ""))
             self.action.emit(name, int(seq))
         elif url.scheme() in ("http", "https", "mailto"):
-            QDesktopServices.openUrl(url)
+            # Through system_programs, not QDesktopServices: in the frozen app the
+            # browser must start without the bundle's libraries on its search path.
+            from app.core.errors import QuantDeskError
+            from app.core.system_programs import open_with_default_app
+
+            try:
+                open_with_default_app(link)
+            except QuantDeskError as exc:
+                self.link_failed.emit(exc.user_message)
 
     def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt override
         return False if source.hasUrls() else super().canInsertFromMimeData(source)
