@@ -127,11 +127,26 @@ def kernel(fn: Callable) -> Callable:
     return njit(cache=_CACHE, nogil=True, fastmath=False, error_model="numpy", boundscheck=False)(fn)
 
 
+def streaming_kernel(fn: Callable) -> Callable:
+    """:func:`kernel` for a kernel that allocates nothing (one pass per block): compiled
+    without numba's reference counting, which otherwise adds atomic increments and
+    decrements around every inlined per-block step (measured: as costly as the step)."""
+    return njit(cache=_CACHE, nogil=True, fastmath=False, error_model="numpy", boundscheck=False,
+                _nrt=False)(fn)
+
+
 def helper(fn: Callable) -> Callable:
     """A function the kernels call: compiled once per signature, linked into (and inlined
     by LLVM into) each kernel. numba-level ``inline="always"`` would re-type the big
     searches inside every caller and made first-use compiles several times slower."""
     return njit(cache=False, nogil=True, fastmath=False, error_model="numpy", boundscheck=False)(fn)
+
+
+def inline(fn: Callable) -> Callable:
+    """A small per-value or per-block step, inlined by numba into its caller: a call per
+    block (arrays passed as a dozen scalars, a tuple returned) cost 3x the step itself."""
+    return njit(cache=False, nogil=True, fastmath=False, error_model="numpy", boundscheck=False,
+                inline="always")(fn)
 
 
 # ---- C's bit-level float32 steps as LLVM intrinsics --------------------------------------
@@ -212,15 +227,59 @@ def c_trunc_i32(typingctx, value):
     return types.int32(types.float32), codegen
 
 
+@intrinsic
+def order_key(typingctx, value):
+    """An int32 that orders like the float32 ``value`` (-0.0 just below +0.0; NaNs beyond
+    the infinities). Integer min/max reductions vectorize without fast-math; float ones
+    do not, and numba would widen the bit operations to int64 (half the lanes)."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        negative = builder.ashr(bits, ir.Constant(i32, 31))
+        return builder.xor(bits, builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def key_value(typingctx, key):
+    """The float32 of an :func:`order_key`."""
+    if key != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        negative = builder.ashr(args[0], ir.Constant(i32, 31))
+        bits = builder.xor(args[0], builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+        return builder.bitcast(bits, ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def magnitude_key(typingctx, value):
+    """``fabsf(value)`` as an int32 that orders like it; NaN -> 0, so that it never wins."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        bits = builder.and_(builder.bitcast(args[0], i32), ir.Constant(i32, 0x7FFFFFFF))
+        nan = builder.icmp_signed(">", bits, ir.Constant(i32, 0x7F800000))
+        return builder.select(nan, ir.Constant(i32, 0), bits)
+    return types.int32(types.float32), codegen
+
+
 # ---- small helpers -----------------------------------------------------------------------
 
-@helper
+@inline
 def f32(value):
     """An int (or float) as C converts it to float."""
     return np.float32(value)
 
 
-@helper
+@inline
 def fp32_to_fp16(f):
     """``GGML_FP32_TO_FP16`` (ggml's portable routine, as built into ggml-base): the fp16 bits.
 
@@ -243,7 +302,7 @@ def fp32_to_fp16(f):
     return np.uint16((sign >> 16) | nonsign)
 
 
-@helper
+@inline
 def fp16_to_fp32(h):
     """``GGML_FP16_TO_FP32`` of fp16 bits (exact)."""
     w = (np.int64(h) << 16) & 0xFFFFFFFF
@@ -258,7 +317,7 @@ def fp16_to_fp32(h):
     return bits_f32(sign | magnitude)
 
 
-@helper
+@inline
 def put_fp16(out, row, at, value):
     """Store ``GGML_FP32_TO_FP16(value)`` little-endian at ``out[row, at:at+2]``; return the bits."""
     h = fp32_to_fp16(value)
@@ -267,7 +326,7 @@ def put_fp16(out, row, at, value):
     return h
 
 
-@helper
+@inline
 def c_int8(value):
     """``(int8_t) value`` of a float: C truncates to int32, then keeps the low byte."""
     return np.int8(c_trunc_i32(value))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, GROUP_MAX_EPS, f32, fp16_to_fp32, helper, kernel, nearest_f, nearest_int,
+from quantize.blocks.jit import (F32, GROUP_MAX_EPS, f32, fp16_to_fp32, helper, inline, kernel, nearest_f, nearest_int,
                                  put_fp16)
 from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
 from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
@@ -68,7 +68,7 @@ def _requantize(xt, step, offset, use_offset, lo, hi, bias, levels):
             levels[i, g] = fresh if step[g] != _ZERO else levels[i, g]
 
 
-@helper
+@inline
 def _level(levels, count, size, b, v):
     """Level of value ``v`` of block ``b`` from the lane layout."""
     return np.int32(levels[v % size, (v // size) * count + b])
@@ -94,7 +94,7 @@ def _pack_4bit(out, blk, at, levels, count, b, mask):
             out[blk, at + 32 * k + l] = np.uint8((lo | (hi << 4)) & 0xFF)
 
 
-@helper
+@inline
 def _sigma2(x, first, count, factor):
     """``factor*sumx2/QK_K`` per super-block (``sumx2`` left to right; Q2_K's factor 1 is no multiply)."""
     sigma2 = np.empty(count, np.float32)
@@ -130,7 +130,7 @@ def _pack_k4_scales(out, blk, ls, lm):
         out[blk, 4 + k] = np.uint8(sc[k] & 0xFF)
 
 
-@helper
+@inline
 def _scale_min_k4(out, blk, j):
     """``get_scale_min_k4(j, y.scales)`` read back from the written bytes."""
     q = out[blk]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, helper
+from quantize.blocks.jit import F32, helper, inline
 
 _ZERO = F32(0.0)
 
@@ -31,7 +31,7 @@ def gather(x, first, count, size, xt):
                 xt[i, g] = x[first + b, size * j + i]
 
 
-@helper
+@inline
 def block_sum_squares(x, row):
     """``for (j...) sumx2 += x[j]*x[j]`` over one block (or row), from 0, left to right."""
     total = _ZERO

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, F32_MAX, c_int8, c_trunc_i32, f32, helper, kernel, put_fp16
+from quantize.blocks.jit import (F32, F32_MAX, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value, magnitude_key,
+                                 order_key, put_fp16, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
-from quantize.blocks.searches import first_abs_max, qkx_quants, qx_quants
+from quantize.blocks.searches import qkx_quants, qx_quants
 
 BATCH = 256  # blocks per batch: the lane arrays stay in L1/L2
 _ZERO = F32(0.0)
@@ -34,13 +35,13 @@ _IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in ever
 _IMPL_RDELTA = F32(0.05)
 
 
-@helper
+@inline
 def _inverse(d):
     """``d ? 1.0f/d : 0.0f``."""
     return _ONE / d if d != _ZERO else _ZERO
 
 
-@helper
+@inline
 def _roundf(v):
     """C's ``roundf``: half away from zero (``v - trunc(v)`` is exact)."""
     t = np.trunc(v)
@@ -49,139 +50,161 @@ def _roundf(v):
     return t
 
 
-@helper
-def _pack_nibbles(out, blk, at, q, g, masked):
-    """``qs[j] = q[j] | q[j+16] << 4`` (``& 0xF`` each when ``masked``) from lane ``g`` of ``q``."""
-    for j in range(16):
-        lo = np.int32(q[j, g])
-        hi = np.int32(q[j + 16, g])
-        if masked:
-            lo &= 0x0F
-            hi &= 0x0F
-        out[blk, at + j] = np.uint8((lo | (hi << 4)) & 0xFF)
+@inline
+def _first_abs_max(x, blk):
+    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block."""
+    top = np.int32(0)
+    for j in range(32):
+        top = max(top, magnitude_key(x[blk, j]))
+    if top == 0:
+        return _ZERO
+    first = np.int32(32)
+    for j in range(32):
+        first = min(first, np.int32(j) if magnitude_key(x[blk, j]) == top else np.int32(32))
+    return x[blk, first]
 
 
-@helper
-def _pack_high_bits(out, blk, at, q, g):
-    """The Q5 ``qh`` word: bit ``i`` is bit 4 of ``q[i]``, stored little-endian."""
+@inline
+def _min_max(x, blk):
+    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``.
+
+    Reduced as ordered integers; when an extreme is a zero, C kept the first zero it met
+    (``-0.0 < +0.0`` is false), whose sign is looked up.
+    """
+    lo = order_key(F32_MAX)
+    hi = order_key(-F32_MAX)
+    for j in range(32):
+        key = order_key(x[blk, j])
+        # NaN keys lie beyond the infinities' (C's comparisons never take a NaN)
+        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
+        lo = min(lo, key if inside else np.int32(0x7FFFFFFF))
+        hi = max(hi, key if inside else np.int32(-0x7FFFFFFF))
+    vlo = key_value(lo)
+    vhi = key_value(hi)
+    if vlo == _ZERO or vhi == _ZERO:
+        for j in range(32):
+            if x[blk, j] == _ZERO:
+                vlo = x[blk, j] if vlo == _ZERO else vlo
+                vhi = x[blk, j] if vhi == _ZERO else vhi
+                break
+    return vlo, vhi
+
+
+@inline
+def _high_bits(levels):
+    """The Q5 ``qh`` word: bit ``j`` is bit 4 of level ``j``."""
+    qh = np.int64(0)
+    for j in range(32):
+        qh |= np.int64((levels[j] >> 4) & 1) << j
+    return qh
+
+
+@inline
+def _store_q5(out, blk, at, levels):
+    """``qh`` (4 bytes, little endian) then ``qs[j] = (L[j] & 0xF) | (L[j+16] & 0xF) << 4``."""
+    qh = _high_bits(levels)
     for k in range(4):
-        byte = 0
-        for bit in range(8):
-            byte |= ((np.int32(q[8 * k + bit, g]) >> 4) & 1) << bit
-        out[blk, at + k] = np.uint8(byte)
+        out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
+    for j in range(16):
+        out[blk, at + 4 + j] = np.uint8(((levels[j] & 0xF) | ((levels[j + 16] & 0xF) << 4)) & 0xFF)
 
 
-# ---- without an imatrix: the _ref functions ----------------------------------------------------
+@inline
+def _store_q4(out, blk, at, levels):
+    """``qs[j] = L[j] | L[j+16] << 4`` with C's uint8 values, unmasked."""
+    for j in range(16):
+        out[blk, at + j] = np.uint8(((levels[j] & 0xFF) | ((levels[j + 16] & 0xFF) << 4)) & 0xFF)
 
-@kernel
+
+@streaming_kernel
 def q8_0_ref(x, out):
-    """``quantize_row_q8_0_ref``: ``d = amax/127``, ``qs = roundf(x/d)``."""
-    blocks = x.shape[0]
-    for first in range(0, blocks, BATCH):
-        count = min(BATCH, blocks - first)
-        xt = np.empty((32, count), np.float32)
-        amax = np.empty(count, np.float32)
-        inv = np.empty(count, np.float32)
-        gather(x, first, count, 32, xt)
-        for g in range(count):
-            amax[g] = _ZERO
-        for i in range(32):
-            for g in range(count):
-                a = np.abs(xt[i, g])
-                amax[g] = amax[g] if amax[g] > a else a  # MAX(amax, fabsf(v))
-        for g in range(count):
-            d = amax[g] / F32(127)
-            inv[g] = _inverse(d)
-            put_fp16(out, first + g, 0, d)
-        for g in range(count):
-            for i in range(32):
-                out[first + g, 2 + i] = np.uint8(np.int32(c_int8(_roundf(xt[i, g] * inv[g]))) & 0xFF)
+    """``quantize_row_q8_0_ref``: ``d = amax/127``, ``qs = roundf(x/d)``.
+
+    ``amax = MAX(amax, fabsf(v))`` is reduced as ordered integers (equal for every block
+    without NaN).
+    """
+    for blk in range(x.shape[0]):
+        top = np.int32(0)
+        for j in range(32):
+            top = max(top, magnitude_key(x[blk, j]))
+        d = key_value(top) / F32(127)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        for j in range(32):
+            out[blk, 2 + j] = np.uint8(c_trunc_i32(_roundf(x[blk, j] * inv)) & 0xFF)
 
 
-@helper
-def _symmetric_ref(x, out, nmax, masked, with_high_bits):
+@inline
+def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits):
+    """Quantize one block and store its nibbles (and Q5's ``qh``) in one vectorizable pass.
+
+    Level ``j`` is C's ``(x[j] - shift)*scale + bias`` converted to ``int8_t`` and capped
+    at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
+    ``uint8_t`` C stores.
+    """
+    qh = np.int64(0)
+    for j in range(16):
+        v0 = (x[blk, j] - shift) * scale + bias
+        v1 = (x[blk, j + 16] - shift) * scale + bias
+        if via_int8:
+            l0 = min(top, np.int32(c_int8(v0))) & 0xFF
+            l1 = min(top, np.int32(c_int8(v1))) & 0xFF
+        else:
+            l0 = c_trunc_i32(v0) & 0xFF
+            l1 = c_trunc_i32(v1) & 0xFF
+        if five_bits:
+            qh |= (np.int64((l0 >> 4) & 1) << j) | (np.int64((l1 >> 4) & 1) << (j + 16))
+            out[blk, at + 4 + j] = np.uint8(((l0 & 0xF) | ((l1 & 0xF) << 4)) & 0xFF)
+        else:
+            out[blk, at + j] = np.uint8((l0 | (l1 << 4)) & 0xFF)
+    if five_bits:
+        for k in range(4):
+            out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
+
+
+@inline
+def _symmetric_ref(x, out, nmax, five_bits):
     """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``."""
-    blocks = x.shape[0]
     bias = f32(nmax) + _HALF
-    top = 2 * nmax - 1
-    for first in range(0, blocks, BATCH):
-        count = min(BATCH, blocks - first)
-        xt = np.empty((32, count), np.float32)
-        q = np.empty((32, count), np.uint8)
-        signed_max = np.empty(count, np.float32)
-        amax = np.empty(count, np.float32)
-        gather(x, first, count, 32, xt)
-        first_abs_max(xt, signed_max, amax)
-        for g in range(count):
-            d = signed_max[g] / f32(-nmax)
-            inv = _inverse(d)
-            put_fp16(out, first + g, 0, d)
-            for i in range(32):
-                level = min(top, np.int32(c_int8(xt[i, g] * inv + bias)))  # MIN(2nmax-1, (int8_t)(..))
-                q[i, g] = np.uint8(level & 0xFF)
-            if with_high_bits:
-                _pack_high_bits(out, first + g, 2, q, g)
-                _pack_nibbles(out, first + g, 6, q, g, masked)
-            else:
-                _pack_nibbles(out, first + g, 2, q, g, masked)
+    for blk in range(x.shape[0]):
+        d = _first_abs_max(x, blk) / f32(-nmax)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        # MIN(2nmax-1, (int8_t)(x*id + nmax + .5f))
+        _store_levels(out, blk, 2, x, inv, _ZERO, bias, 2 * nmax - 1, True, five_bits)
 
 
-@helper
-def _offset_ref(x, out, nmax, clamp, with_high_bits):
+@inline
+def _offset_ref(x, out, nmax, five_bits):
     """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``."""
-    blocks = x.shape[0]
-    for first in range(0, blocks, BATCH):
-        count = min(BATCH, blocks - first)
-        xt = np.empty((32, count), np.float32)
-        q = np.empty((32, count), np.uint8)
-        lo = np.empty(count, np.float32)
-        hi = np.empty(count, np.float32)
-        gather(x, first, count, 32, xt)
-        for g in range(count):
-            lo[g] = F32_MAX
-            hi[g] = -F32_MAX
-        for i in range(32):
-            for g in range(count):
-                v = xt[i, g]
-                lo[g] = v if v < lo[g] else lo[g]
-                hi[g] = v if v > hi[g] else hi[g]
-        for g in range(count):
-            d = (hi[g] - lo[g]) / f32(nmax)
-            inv = _inverse(d)
-            put_fp16(out, first + g, 0, d)
-            put_fp16(out, first + g, 2, lo[g])
-            for i in range(32):
-                shifted = (xt[i, g] - lo[g]) * inv + _HALF
-                if clamp:  # Q4_1: MIN(15, (int8_t) v)
-                    level = min(15, np.int32(c_int8(shifted)))
-                else:  # Q5_1: (uint8_t) v
-                    level = c_trunc_i32(shifted)
-                q[i, g] = np.uint8(level & 0xFF)
-            if with_high_bits:
-                _pack_high_bits(out, first + g, 4, q, g)
-                _pack_nibbles(out, first + g, 8, q, g, True)
-            else:
-                _pack_nibbles(out, first + g, 4, q, g, False)
+    for blk in range(x.shape[0]):
+        lo, hi = _min_max(x, blk)
+        d = (hi - lo) / f32(nmax)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        put_fp16(out, blk, 2, lo)
+        # Q4_1: MIN(15, (int8_t)((x - min)*id + .5f)); Q5_1: (uint8_t)(...)
+        _store_levels(out, blk, 4, x, inv, lo, _HALF, 15, not five_bits, five_bits)
 
 
-@kernel
+@streaming_kernel
 def q4_0_ref(x, out):
-    _symmetric_ref(x, out, 8, False, False)
+    _symmetric_ref(x, out, 8, False)
 
 
-@kernel
+@streaming_kernel
 def q5_0_ref(x, out):
-    _symmetric_ref(x, out, 16, True, True)
+    _symmetric_ref(x, out, 16, True)
 
 
-@kernel
+@streaming_kernel
 def q4_1_ref(x, out):
-    _offset_ref(x, out, 15, True, False)
+    _offset_ref(x, out, 15, False)
 
 
-@kernel
+@streaming_kernel
 def q5_1_ref(x, out):
-    _offset_ref(x, out, 31, False, True)
+    _offset_ref(x, out, 31, True)
 
 
 # ---- with an imatrix: the _impl functions ------------------------------------------------------
@@ -207,7 +230,6 @@ def _impl(x, qw, blocks_per_row, out, nmax, symmetric, with_m, with_high_bits):
     blocks = x.shape[0]
     sigma2_all = np.empty(blocks, np.float32)
     _row_sigma2(x, blocks_per_row, sigma2_all)
-    masked = with_high_bits
     for first in range(0, blocks, BATCH):
         count = min(BATCH, blocks - first)
         xt = np.empty((32, count), np.float32)
@@ -221,16 +243,19 @@ def _impl(x, qw, blocks_per_row, out, nmax, symmetric, with_m, with_high_bits):
             qx_quants(xt, w, nmax, scale, q)
         else:
             qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, 36, False, False, scale, the_min, q)
+        levels = np.empty(32, np.int32)
         for g in range(count):
             put_fp16(out, first + g, 0, scale[g])
             at = 2
             if with_m:
                 put_fp16(out, first + g, 2, -the_min[g])
                 at = 4
+            for j in range(32):
+                levels[j] = np.int32(q[j, g])
             if with_high_bits:
-                _pack_high_bits(out, first + g, at, q, g)
-                at += 4
-            _pack_nibbles(out, first + g, at, q, g, masked)
+                _store_q5(out, first + g, at, levels)
+            else:
+                _store_q4(out, first + g, at, levels)
 
 
 @kernel
