@@ -149,6 +149,14 @@ def inline(fn: Callable) -> Callable:
                 inline="always")(fn)
 
 
+# Constants passed to a compiled helper are typed as literals, and numba compiles the helper
+# once per distinct literal: a search used by eight kernels was compiled eight times.
+# Wrapped as ``Int(3)`` / ``Flag(True)`` they are plain runtime values, so each helper is
+# compiled once for all its callers (the values are loop-invariant: no speed is lost).
+Int = np.int64
+Flag = np.bool_
+
+
 # ---- C's bit-level float32 steps as LLVM intrinsics --------------------------------------
 
 @intrinsic
@@ -225,6 +233,21 @@ def c_trunc_i32(typingctx, value):
         safe = builder.select(inside, v, ir.Constant(f32, 0.0))
         return builder.select(inside, builder.fptosi(safe, i32), ir.Constant(i32, -2147483648))
     return types.int32(types.float32), codegen
+
+
+@intrinsic
+def pick(typingctx, condition, if_true, if_false):
+    """``if_true if condition else if_false`` as one LLVM ``select``: no branch, so lanes
+    vectorize and numba types and lowers one block instead of a diamond per choice
+    (first-use compile time)."""
+    if not isinstance(condition, types.Boolean) or if_true != if_false:
+        return None
+
+    def codegen(context, builder, signature, args):
+        flag = context.cast(builder, args[0], signature.args[0], types.boolean)
+        return builder.select(builder.trunc(flag, ir.IntType(1)) if flag.type != ir.IntType(1) else flag,
+                              args[1], args[2])
+    return if_true(condition, if_true, if_false), codegen
 
 
 @intrinsic

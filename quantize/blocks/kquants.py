@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, GROUP_MAX_EPS, f32, fp16_to_fp32, helper, inline, kernel, nearest_f, nearest_int,
-                                 put_fp16)
+from quantize.blocks.jit import (F32, GROUP_MAX_EPS, Flag, Int, f32, fp16_to_fp32, helper, inline, kernel, nearest_f,
+                                 nearest_int, put_fp16)
 from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
 from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
 
@@ -157,26 +157,26 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
         step = np.empty(lanes, np.float32)
         offset = np.empty(lanes, np.float32)
         if with_imatrix:
-            w = _batch_weights(x, qw, first, count, blocks_per_row, 16, 1, False, xt)
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(1), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qkx_quants(xt, w, 3, _IMPL_RMIN, _IMPL_RDELTA, 36, False, False, scales, mins, levels)
+            qkx_quants(xt, w, Int(3), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
             d_block = np.empty(count, np.float32)
             m_block = np.empty(count, np.float32)
             ls = np.empty((16, count), np.uint8)
             lm = np.empty((16, count), np.uint8)
-            qp_quants(scales.reshape(16, count), sw.reshape(16, count), 15, d_block, ls)
-            qp_quants(mins.reshape(16, count), sw.reshape(16, count), 15, m_block, lm)
+            qp_quants(scales.reshape(16, count), sw.reshape(16, count), Int(15), d_block, ls)
+            qp_quants(mins.reshape(16, count), sw.reshape(16, count), Int(15), m_block, lm)
             for b in range(count):
                 for j in range(16):
                     packed[j * count + b] = (np.int32(ls[j, b]) | (np.int32(lm[j, b]) << 4)) & 0xFF
         else:
-            gather(x, first, count, 16, xt)
+            gather(x, first, count, Int(16), xt)
             w = np.empty((16, lanes), np.float32)
             for i in range(16):
                 for g in range(lanes):
                     w[i, g] = np.abs(xt[i, g])
-            qkx_quants(xt, w, 3, F32(-0.5), F32(0.1), 15, True, True, scales, mins, levels)
+            qkx_quants(xt, w, Int(3), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True), scales, mins, levels)
             d_block = np.empty(count, np.float32)
             m_block = np.empty(count, np.float32)
             for b in range(count):
@@ -213,19 +213,19 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
                 out[blk, j] = np.uint8(packed[g])
                 step[g] = d * f32(packed[g] & 0xF)
                 offset[g] = dmin * f32(packed[g] >> 4)
-        _requantize(xt, step, offset, True, 0, 3, 0, levels)
+        _requantize(xt, step, offset, Flag(True), Int(0), Int(3), Int(0), levels)
         for b in range(count):
             _pack_2bit(out, first + b, 16, levels, count, 16, b)
 
 
 @kernel
 def q2_k_ref(x, out):
-    _q2_k(x, np.empty(0, np.float32), 1, out, False)
+    _q2_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
 
 
 @kernel
 def q2_k_impl(x, qw, blocks_per_row, out):
-    _q2_k(x, qw, blocks_per_row, out, True)
+    _q2_k(x, qw, blocks_per_row, out, Flag(True))
 
 
 # ---- Q3_K --------------------------------------------------------------------------------------
@@ -243,18 +243,18 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
         d_block = np.empty(count, np.float32)
         step = np.empty(lanes, np.float32)
         if with_imatrix:
-            w = _batch_weights(x, qw, first, count, blocks_per_row, 16, 2, False, xt)
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(2), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qx_quants(xt, w, 4, scales, levels)
+            qx_quants(xt, w, Int(4), scales, levels)
             ls = np.empty((16, count), np.uint8)
-            qx_quants(scales.reshape(16, count), sw.reshape(16, count), 32, d_block, ls)
+            qx_quants(scales.reshape(16, count), sw.reshape(16, count), Int(32), d_block, ls)
             for b in range(count):
                 for j in range(16):
                     six[j * count + b] = np.int32(ls[j, b])
         else:
-            gather(x, first, count, 16, xt)
-            q3_quants(xt, 4, scales, levels)
+            gather(x, first, count, Int(16), xt)
+            q3_quants(xt, Int(4), scales, levels)
             signed_max = np.empty(count, np.float32)
             amax = np.empty(count, np.float32)
             first_abs_max(scales.reshape(16, count), signed_max, amax)
@@ -288,7 +288,7 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
             for j in range(16):
                 g = j * count + b
                 step[g] = d * f32(six[g] - 32)
-        _requantize(xt, step, step, False, -4, 3, 4, levels)
+        _requantize(xt, step, step, Flag(False), Int(-4), Int(3), Int(4), levels)
         for b in range(count):
             blk = first + b
             for l in range(32):
@@ -310,12 +310,12 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
 
 @kernel
 def q3_k_ref(x, out):
-    _q3_k(x, np.empty(0, np.float32), 1, out, False)
+    _q3_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
 
 
 @kernel
 def q3_k_impl(x, qw, blocks_per_row, out):
-    _q3_k(x, qw, blocks_per_row, out, True)
+    _q3_k(x, qw, blocks_per_row, out, Flag(True))
 
 
 # ---- Q4_K / Q5_K -------------------------------------------------------------------------------
@@ -338,20 +338,20 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
         step = np.empty(lanes, np.float32)
         offset = np.empty(lanes, np.float32)
         if with_imatrix:
-            w = _batch_weights(x, qw, first, count, blocks_per_row, 32, 2, False, xt)
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(32), Int(2), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, 36, False, False, scales, mins, levels)
+            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
             qs = np.empty((8, count), np.uint8)
             qm = np.empty((8, count), np.uint8)
-            qp_quants(scales.reshape(8, count), sw.reshape(8, count), 63, d_block, qs)
-            qp_quants(mins.reshape(8, count), sw.reshape(8, count), 63, m_block, qm)
+            qp_quants(scales.reshape(8, count), sw.reshape(8, count), Int(63), d_block, qs)
+            qp_quants(mins.reshape(8, count), sw.reshape(8, count), Int(63), m_block, qm)
             for j in range(8):
                 for b in range(count):
                     ls[j, b] = min(63, np.int32(qs[j, b])) if clamp_impl else np.int32(qs[j, b])
                     lm[j, b] = min(63, np.int32(qm[j, b])) if clamp_impl else np.int32(qm[j, b])
         else:
-            gather(x, first, count, 32, xt)
+            gather(x, first, count, Int(32), xt)
             sum_x2 = np.zeros(lanes, np.float32)
             for i in range(32):
                 for g in range(lanes):
@@ -362,7 +362,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
             for i in range(32):
                 for g in range(lanes):
                     w[i, g] = sum_x2[g] + np.abs(xt[i, g])
-            qkx_quants(xt, w, nmax, rmin, rdelta, nstep, False, True, scales, mins, levels)
+            qkx_quants(xt, w, nmax, rmin, rdelta, nstep, Flag(False), Flag(True), scales, mins, levels)
             for b in range(count):
                 max_scale = _ZERO
                 max_min = _ZERO
@@ -387,7 +387,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
                 sc, m = _scale_min_k4(out, blk, j)
                 step[j * count + b] = d * f32(sc)
                 offset[j * count + b] = dmin * f32(m)
-        _requantize(xt, step, offset, True, 0, nmax, 0, levels)
+        _requantize(xt, step, offset, Flag(True), Int(0), nmax, Int(0), levels)
         for b in range(count):
             blk = first + b
             if five_bits:
@@ -403,22 +403,22 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
 
 @kernel
 def q4_k_ref(x, out):
-    _k4(x, np.empty(0, np.float32), 1, out, False, 15, F32(-1.0), F32(0.1), 20, False, False)
+    _k4(x, np.empty(0, np.float32), Int(1), out, Flag(False), Int(15), F32(-1.0), F32(0.1), Int(20), Flag(False), Flag(False))
 
 
 @kernel
 def q4_k_impl(x, qw, blocks_per_row, out):
-    _k4(x, qw, blocks_per_row, out, True, 15, _IMPL_RMIN, _IMPL_RDELTA, 36, False, False)
+    _k4(x, qw, blocks_per_row, out, Flag(True), Int(15), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False))
 
 
 @kernel
 def q5_k_ref(x, out):
-    _k4(x, np.empty(0, np.float32), 1, out, False, 31, F32(-0.5), F32(0.1), 15, True, True)
+    _k4(x, np.empty(0, np.float32), Int(1), out, Flag(False), Int(31), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True))
 
 
 @kernel
 def q5_k_impl(x, qw, blocks_per_row, out):
-    _k4(x, qw, blocks_per_row, out, True, 31, _IMPL_RMIN, _IMPL_RDELTA, 36, True, True)
+    _k4(x, qw, blocks_per_row, out, Flag(True), Int(31), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(True), Flag(True))
 
 
 # ---- Q6_K --------------------------------------------------------------------------------------
@@ -434,14 +434,14 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
         scales = np.empty(lanes, np.float32)
         step = np.empty(lanes, np.float32)
         if with_imatrix:
-            w = _batch_weights(x, qw, first, count, blocks_per_row, 16, 0, True, xt)
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(0), Flag(True), xt)
         else:
-            gather(x, first, count, 16, xt)
+            gather(x, first, count, Int(16), xt)
             w = np.empty((16, lanes), np.float32)
             for i in range(16):
                 for g in range(lanes):
                     w[i, g] = xt[i, g] * xt[i, g]
-        qx_quants(xt, w, 32, scales, levels)
+        qx_quants(xt, w, Int(32), scales, levels)
         signed_max = np.empty(count, np.float32)
         amax = np.empty(count, np.float32)
         first_abs_max(scales.reshape(16, count), signed_max, amax)
@@ -460,7 +460,7 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
                 sc = np.int8(min(127, nearest_int(iscale * scales[g])))
                 out[blk, 192 + j] = np.uint8(np.int32(sc) & 0xFF)
                 step[g] = d * f32(sc)
-        _requantize(xt, step, step, False, -32, 31, 32, levels)
+        _requantize(xt, step, step, Flag(False), Int(-32), Int(31), Int(32), levels)
         for b in range(count):
             blk = first + b
             if amax[b] < GROUP_MAX_EPS:
@@ -480,9 +480,9 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
 
 @kernel
 def q6_k_ref(x, out):
-    _q6_k(x, np.empty(0, np.float32), 1, out, False)
+    _q6_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
 
 
 @kernel
 def q6_k_impl(x, qw, blocks_per_row, out):
-    _q6_k(x, qw, blocks_per_row, out, True)
+    _q6_k(x, qw, blocks_per_row, out, Flag(True))

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, F32_MAX, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value, magnitude_key,
-                                 order_key, put_fp16, streaming_kernel)
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value,
+                                 magnitude_key, order_key, put_fp16, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
 from quantize.blocks.searches import qkx_quants, qx_quants
 
@@ -93,9 +93,9 @@ def _min_max(x, blk):
 @inline
 def _high_bits(levels):
     """The Q5 ``qh`` word: bit ``j`` is bit 4 of level ``j``."""
-    qh = np.int64(0)
+    qh = Int(0)
     for j in range(32):
-        qh |= np.int64((levels[j] >> 4) & 1) << j
+        qh |= Int((levels[j] >> 4) & 1) << j
     return qh
 
 
@@ -142,7 +142,7 @@ def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits)
     at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
     ``uint8_t`` C stores.
     """
-    qh = np.int64(0)
+    qh = Int(0)
     for j in range(16):
         v0 = (x[blk, j] - shift) * scale + bias
         v1 = (x[blk, j + 16] - shift) * scale + bias
@@ -153,7 +153,7 @@ def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits)
             l0 = c_trunc_i32(v0) & 0xFF
             l1 = c_trunc_i32(v1) & 0xFF
         if five_bits:
-            qh |= (np.int64((l0 >> 4) & 1) << j) | (np.int64((l1 >> 4) & 1) << (j + 16))
+            qh |= (Int((l0 >> 4) & 1) << j) | (Int((l1 >> 4) & 1) << (j + 16))
             out[blk, at + 4 + j] = np.uint8(((l0 & 0xF) | ((l1 & 0xF) << 4)) & 0xFF)
         else:
             out[blk, at + j] = np.uint8((l0 | (l1 << 4)) & 0xFF)
@@ -237,12 +237,12 @@ def _impl(x, qw, blocks_per_row, out, nmax, symmetric, with_m, with_high_bits):
         q = np.empty((32, count), np.uint8)
         scale = np.empty(count, np.float32)
         the_min = np.empty(count, np.float32)
-        gather(x, first, count, 32, xt)
-        imatrix_weights(xt, qw, first, count, blocks_per_row, 32, sigma2_all[first:first + count], False, w)
+        gather(x, first, count, Int(32), xt)
+        imatrix_weights(xt, qw, first, count, blocks_per_row, Int(32), sigma2_all[first:first + count], Flag(False), w)
         if symmetric:
             qx_quants(xt, w, nmax, scale, q)
         else:
-            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, 36, False, False, scale, the_min, q)
+            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scale, the_min, q)
         levels = np.empty(32, np.int32)
         for g in range(count):
             put_fp16(out, first + g, 0, scale[g])
@@ -260,19 +260,19 @@ def _impl(x, qw, blocks_per_row, out, nmax, symmetric, with_m, with_high_bits):
 
 @kernel
 def q4_0_impl(x, qw, blocks_per_row, out):
-    _impl(x, qw, blocks_per_row, out, 8, True, False, False)
+    _impl(x, qw, blocks_per_row, out, Int(8), Flag(True), Flag(False), Flag(False))
 
 
 @kernel
 def q5_0_impl(x, qw, blocks_per_row, out):
-    _impl(x, qw, blocks_per_row, out, 16, True, False, True)
+    _impl(x, qw, blocks_per_row, out, Int(16), Flag(True), Flag(False), Flag(True))
 
 
 @kernel
 def q4_1_impl(x, qw, blocks_per_row, out):
-    _impl(x, qw, blocks_per_row, out, 15, False, True, False)
+    _impl(x, qw, blocks_per_row, out, Int(15), Flag(False), Flag(True), Flag(False))
 
 
 @kernel
 def q5_1_impl(x, qw, blocks_per_row, out):
-    _impl(x, qw, blocks_per_row, out, 31, False, True, True)
+    _impl(x, qw, blocks_per_row, out, Int(31), Flag(False), Flag(True), Flag(True))

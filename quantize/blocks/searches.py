@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, helper, nearest_f, nearest_int
+from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, helper, nearest_f, nearest_int, pick
 
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
@@ -45,8 +45,8 @@ def first_abs_max(x, signed_max, amax):
             v = x[i, g]
             a = np.abs(v)
             take = a > amax[g]
-            amax[g] = a if take else amax[g]
-            signed_max[g] = v if take else signed_max[g]
+            amax[g] = pick(take, a, amax[g])
+            signed_max[g] = pick(take, v, signed_max[g])
 
 
 @helper
@@ -58,8 +58,8 @@ def _qx_sums(x, wx, w, iscale, lo, hi, sumlx, suml2):
     for i in range(n):
         for g in range(lanes):
             level = nearest_f(iscale[g] * x[i, g])
-            level = hi if level > hi else level
-            level = lo if level < lo else level
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
             sumlx[g] += wx[i, g] * level
             suml2[g] += (w[i, g] * level) * level
 
@@ -92,7 +92,7 @@ def qx_quants(x, w, nmax, scale, levels):
         best_iscale[g] = lo / signed_max[g]
     _qx_sums(x, wx, w, best_iscale, lo, hi, sumlx, suml2)
     for g in range(lanes):
-        s = sumlx[g] / suml2[g] if suml2[g] != _ZERO else _ZERO
+        s = pick(suml2[g] != _ZERO, sumlx[g] / suml2[g], _ZERO)
         scale[g] = s
         best[g] = s * sumlx[g]
     for step in range(-9, 10):
@@ -103,17 +103,17 @@ def qx_quants(x, w, nmax, scale, levels):
             trial[g] = -stretch / signed_max[g]
         _qx_sums(x, wx, w, trial, lo, hi, sumlx, suml2)
         for g in range(lanes):
-            better = suml2[g] > _ZERO and sumlx[g] * sumlx[g] > best[g] * suml2[g]
+            better = (suml2[g] > _ZERO) & (sumlx[g] * sumlx[g] > best[g] * suml2[g])
             s = sumlx[g] / suml2[g]
-            best_iscale[g] = trial[g] if better else best_iscale[g]
-            scale[g] = s if better else scale[g]
-            best[g] = s * sumlx[g] if better else best[g]
+            best_iscale[g] = pick(better, trial[g], best_iscale[g])
+            scale[g] = pick(better, s, scale[g])
+            best[g] = pick(better, s * sumlx[g], best[g])
     for i in range(n):
         for g in range(lanes):
             level = nearest_f(best_iscale[g] * x[i, g])
-            level = hi if level > hi else level
-            level = lo if level < lo else level
-            levels[i, g] = np.uint8(np.int32(level + fnmax)) if amax[g] >= GROUP_MAX_EPS else np.uint8(0)
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
+            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(level + fnmax)), np.uint8(0))
     for g in range(lanes):
         if not amax[g] >= GROUP_MAX_EPS:
             scale[g] = _ZERO
@@ -147,8 +147,8 @@ def q3_quants(x, nmax, scale, levels):
             w[i, g] = weight
             wx[i, g] = weight * v
             level = nearest_f(iscale[g] * v)
-            level = hi if level > hi else level
-            level = lo if level < lo else level
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
             cur[i, g] = level
             sumlx[g] += wx[i, g] * level
             suml2[g] += (weight * level) * level
@@ -160,26 +160,26 @@ def q3_quants(x, nmax, scale, levels):
                 slx = sumlx[g] - wx[i, g] * li
                 sl2 = suml2[g] - (w[i, g] * li) * li
                 new_l = nearest_f((x[i, g] * sl2) / slx)
-                new_l = hi if new_l > hi else new_l
-                new_l = lo if new_l < lo else new_l
+                new_l = pick(new_l > hi, hi, new_l)
+                new_l = pick(new_l < lo, lo, new_l)
                 slx_new = slx + wx[i, g] * new_l
                 sl2_new = sl2 + (w[i, g] * new_l) * new_l
-                accept = (slx > _ZERO and new_l != li and sl2_new > _ZERO
-                          and (slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new)
-                cur[i, g] = new_l if accept else li
-                sumlx[g] = slx_new if accept else sumlx[g]
-                suml2[g] = sl2_new if accept else suml2[g]
+                accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
+                          & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
+                cur[i, g] = pick(accept, new_l, li)
+                sumlx[g] = pick(accept, slx_new, sumlx[g])
+                suml2[g] = pick(accept, sl2_new, suml2[g])
                 changed += accept
         if changed == 0:
             break
     fnmax = f32(nmax)
     for g in range(lanes):
         zero = not amax[g] >= GROUP_MAX_EPS
-        s = sumlx[g] / suml2[g] if suml2[g] > _ZERO else _ZERO
-        scale[g] = _ZERO if zero else s
+        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
+        scale[g] = pick(zero, _ZERO, s)
     for i in range(n):
         for g in range(lanes):
-            levels[i, g] = np.uint8(0) if not amax[g] >= GROUP_MAX_EPS else np.uint8(np.int32(cur[i, g] + fnmax))
+            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(cur[i, g] + fnmax)), np.uint8(0))
 
 
 @helper
@@ -207,8 +207,8 @@ def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, t
     for i in range(1, n):
         for g in range(lanes):
             v = x[i, g]
-            lo[g] = v if v < lo[g] else lo[g]
-            hi[g] = v if v > hi[g] else hi[g]
+            lo[g] = pick(v < lo[g], v, lo[g])
+            hi[g] = pick(v > hi[g], v, hi[g])
             sum_w[g] += w[i, g]
             sum_x[g] += w[i, g] * v
     offset = np.empty(lanes, np.float32)  # C's ``min`` as the search moves it
@@ -217,7 +217,7 @@ def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, t
     best_error = np.zeros(lanes, np.float32)
     step_scale = np.empty(lanes, np.float32)
     for g in range(lanes):
-        lo[g] = _ZERO if lo[g] > _ZERO else lo[g]
+        lo[g] = pick(lo[g] > _ZERO, _ZERO, lo[g])
         offset[g] = lo[g]
         iscale = fnmax / (hi[g] - lo[g])
         best_iscale[g] = iscale
@@ -226,10 +226,10 @@ def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, t
     for i in range(n):
         for g in range(lanes):
             level = nearest_f(best_iscale[g] * (x[i, g] - lo[g]))
-            level = fnmax if level > fnmax else level
-            level = _ZERO if level < _ZERO else level
+            level = pick(level > fnmax, fnmax, level)
+            level = pick(level < _ZERO, _ZERO, level)
             diff = (step_scale[g] * level + lo[g]) - x[i, g]
-            diff = np.abs(diff) if use_mad else diff * diff
+            diff = pick(use_mad, np.abs(diff), diff * diff)
             best_error[g] += w[i, g] * diff
     for g in range(lanes):
         scale[g] = step_scale[g]
@@ -251,8 +251,8 @@ def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, t
         for i in range(n):
             for g in range(lanes):
                 level = nearest_f(trial[g] * (x[i, g] - offset[g]))
-                level = fnmax if level > fnmax else level
-                level = _ZERO if level < _ZERO else level
+                level = pick(level > fnmax, fnmax, level)
+                level = pick(level < _ZERO, _ZERO, level)
                 aux[i, g] = level
                 wl = w[i, g] * level
                 sum_l[g] += wl
@@ -263,35 +263,35 @@ def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, t
             s = (sum_w[g] * sum_xl[g] - sum_x[g] * sum_l[g]) / det
             m = (sum_l2[g] * sum_x[g] - sum_l[g] * sum_xl[g]) / det
             positive = m > _ZERO
-            step_scale[g] = sum_xl[g] / sum_l2[g] if positive else s
-            this_min[g] = _ZERO if positive else m
+            step_scale[g] = pick(positive, sum_xl[g] / sum_l2[g], s)
+            this_min[g] = pick(positive, _ZERO, m)
             sum_l[g] = det  # kept for the acceptance test below
         for i in range(n):
             for g in range(lanes):
                 diff = (step_scale[g] * aux[i, g] + this_min[g]) - x[i, g]
-                diff = np.abs(diff) if use_mad else diff * diff
+                diff = pick(use_mad, np.abs(diff), diff * diff)
                 error[g] += w[i, g] * diff
         for g in range(lanes):
-            better = sum_l[g] > _ZERO and error[g] < best_error[g]
-            best_error[g] = error[g] if better else best_error[g]
-            scale[g] = step_scale[g] if better else scale[g]
-            best_iscale[g] = trial[g] if better else best_iscale[g]
-            best_shift[g] = offset[g] if better else best_shift[g]
-            offset[g] = this_min[g] if better else offset[g]
+            better = (sum_l[g] > _ZERO) & (error[g] < best_error[g])
+            best_error[g] = pick(better, error[g], best_error[g])
+            scale[g] = pick(better, step_scale[g], scale[g])
+            best_iscale[g] = pick(better, trial[g], best_iscale[g])
+            best_shift[g] = pick(better, offset[g], best_shift[g])
+            offset[g] = pick(better, this_min[g], offset[g])
     for g in range(lanes):
-        flat = hi[g] == lo[g] if flat_if_equal else hi[g] <= lo[g]
-        scale[g] = _ZERO if flat else scale[g]
-        the_min[g] = -(lo[g] if flat else offset[g])
-        best_iscale[g] = _ZERO if flat else best_iscale[g]
-        best_shift[g] = _ONE if flat else best_shift[g]  # levels of a flat group are 0 below
+        flat = pick(flat_if_equal, hi[g] == lo[g], hi[g] <= lo[g])
+        scale[g] = pick(flat, _ZERO, scale[g])
+        the_min[g] = -pick(flat, lo[g], offset[g])
+        best_iscale[g] = pick(flat, _ZERO, best_iscale[g])
+        best_shift[g] = pick(flat, _ONE, best_shift[g])  # levels of a flat group are 0 below
     for i in range(n):
         for g in range(lanes):
             level = nearest_f(best_iscale[g] * (x[i, g] - best_shift[g]))
-            level = fnmax if level > fnmax else level
-            level = _ZERO if level < _ZERO else level
+            level = pick(level > fnmax, fnmax, level)
+            level = pick(level < _ZERO, _ZERO, level)
             levels[i, g] = np.uint8(np.int32(level))
     for g in range(lanes):
-        flat = hi[g] == lo[g] if flat_if_equal else hi[g] <= lo[g]
+        flat = pick(flat_if_equal, hi[g] == lo[g], hi[g] <= lo[g])
         if flat:
             for i in range(n):
                 levels[i, g] = np.uint8(0)
@@ -312,7 +312,7 @@ def qp_quants(x, w, nmax, scale, levels):
         top[g] = _ZERO
     for i in range(n):
         for g in range(lanes):
-            top[g] = top[g] if top[g] > x[i, g] else x[i, g]  # MAX(max, x[i])
+            top[g] = pick(top[g] > x[i, g], top[g], x[i, g])  # MAX(max, x[i])
     iscale = np.empty(lanes, np.float32)
     best = np.zeros(lanes, np.float32)
     for g in range(lanes):
@@ -334,20 +334,20 @@ def qp_quants(x, w, nmax, scale, levels):
         for i in range(n):
             for g in range(lanes):
                 level = nearest_f(trial[g] * x[i, g])
-                level = fnmax if level > fnmax else level
+                level = pick(level > fnmax, fnmax, level)
                 diff = x[i, g] - (_ONE / trial[g]) * level
                 mse[g] += (w[i, g] * diff) * diff
         for g in range(lanes):
             better = mse[g] < best[g]
-            best[g] = mse[g] if better else best[g]
-            iscale[g] = trial[g] if better else iscale[g]
+            best[g] = pick(better, mse[g], best[g])
+            iscale[g] = pick(better, trial[g], iscale[g])
     sumlx = np.zeros(lanes, np.float32)
     suml2 = np.zeros(lanes, np.float32)
     cur = np.empty((n, lanes), np.float32)  # L[i] as C reads it back (modulo 256)
     for i in range(n):
         for g in range(lanes):
             level = nearest_f(iscale[g] * x[i, g])
-            level = fnmax if level > fnmax else level
+            level = pick(level > fnmax, fnmax, level)
             cur[i, g] = f32(np.int32(level) & 0xFF)
             wl = w[i, g] * level
             sumlx[g] += (w[i, g] * x[i, g]) * level
@@ -361,21 +361,21 @@ def qp_quants(x, w, nmax, scale, levels):
                 slx = sumlx[g] - wx * li
                 sl2 = suml2[g] - (w[i, g] * li) * li
                 new_l = nearest_f((x[i, g] * sl2) / slx)
-                new_l = fnmax if new_l > fnmax else new_l
+                new_l = pick(new_l > fnmax, fnmax, new_l)
                 slx_new = slx + wx * new_l
                 sl2_new = sl2 + (w[i, g] * new_l) * new_l
-                accept = (slx > _ZERO and sl2 > _ZERO and new_l != li
-                          and (slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new)
-                cur[i, g] = f32(np.int32(new_l) & 0xFF) if accept else li
-                sumlx[g] = slx_new if accept else sumlx[g]
-                suml2[g] = sl2_new if accept else suml2[g]
+                accept = ((slx > _ZERO) & (sl2 > _ZERO) & (new_l != li)
+                          & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
+                cur[i, g] = pick(accept, f32(np.int32(new_l) & 0xFF), li)
+                sumlx[g] = pick(accept, slx_new, sumlx[g])
+                suml2[g] = pick(accept, sl2_new, suml2[g])
                 changed += accept
         if changed == 0:
             break
     for g in range(lanes):
         zero = top[g] < GROUP_MAX_EPS
-        s = sumlx[g] / suml2[g] if suml2[g] > _ZERO else _ZERO
-        scale[g] = _ZERO if zero else s
+        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
+        scale[g] = pick(zero, _ZERO, s)
     for i in range(n):
         for g in range(lanes):
-            levels[i, g] = np.uint8(0) if top[g] < GROUP_MAX_EPS else np.uint8(np.int32(cur[i, g]))
+            levels[i, g] = pick(top[g] < GROUP_MAX_EPS, np.uint8(0), np.uint8(np.int32(cur[i, g])))
