@@ -33,11 +33,11 @@ KERNELS = {
     QT.Q4_1: (legacy.q4_1_ref, legacy.q4_1_impl),
     QT.Q5_0: (legacy.q5_0_ref, legacy.q5_0_impl),
     QT.Q5_1: (legacy.q5_1_ref, legacy.q5_1_impl),
-    QT.Q2_K: (kquants.q2_k_ref, kquants.q2_k_impl),
-    QT.Q3_K: (kquants.q3_k_ref, kquants.q3_k_impl),
-    QT.Q4_K: (kquants.q4_k_ref, kquants.q4_k_impl),
-    QT.Q5_K: (kquants.q5_k_ref, kquants.q5_k_impl),
-    QT.Q6_K: (kquants.q6_k_ref, kquants.q6_k_impl),
+    QT.Q2_K: (kquants.q2_k, kquants.q2_k),
+    QT.Q3_K: (kquants.q3_k, kquants.q3_k),
+    QT.Q4_K: (kquants.q4_k, kquants.q4_k),
+    QT.Q5_K: (kquants.q5_k, kquants.q5_k),
+    QT.Q6_K: (kquants.q6_k, kquants.q6_k),
 }
 
 

@@ -1,11 +1,12 @@
 """Running a compiled block kernel over a whole ``(rows, n_per_row)`` array.
 
-Every type has two kernels (:mod:`.legacy`, :mod:`.kquants`): ``ref(blocks, out)`` for
-ggml's ``quantize_row_*_ref`` and ``impl(blocks, imatrix_row, blocks_per_row, out)`` for
-``quantize_row_*_impl`` with importance weights. Both take the values as ``(blocks,
-block)`` float32 and fill ``(blocks, block_bytes)`` uint8; the kernels batch the blocks
-themselves. Kernels release the GIL and share nothing, so encoders may run on several
-threads at once (the quantize job splits a tensor by rows).
+Kernels (:mod:`.legacy`, :mod:`.kquants`) are called as ``kernel(blocks, imatrix_row,
+blocks_per_row, out)``: the values as ``(blocks, block)`` float32, one row's importance
+weights (empty without an imatrix), and the ``(blocks, block_bytes)`` uint8 to fill; they
+batch the blocks themselves. A type has one kernel for ggml's ``quantize_row_*_ref`` and
+one for ``quantize_row_*_impl`` (the k-quants: one kernel that branches on the imatrix).
+Kernels release the GIL and share nothing, so encoders may run on several threads at
+once (the quantize job splits a tensor by rows).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-RefKernel = Callable[[np.ndarray, np.ndarray], None]
-ImplKernel = Callable[[np.ndarray, np.ndarray, int, np.ndarray], None]
+Kernel = Callable[[np.ndarray, np.ndarray, int, np.ndarray], None]
+_NO_IMATRIX = np.empty(0, np.float32)
 
 
 def encode_blocks(values: np.ndarray, imatrix: Optional[np.ndarray], block: int, block_bytes: int,
-                  ref: RefKernel, impl: Optional[ImplKernel]) -> np.ndarray:
+                  ref: Kernel, impl: Optional[Kernel]) -> np.ndarray:
     """Encode all blocks of ``values``; return ``(rows, row_bytes)`` uint8.
 
     Args:
@@ -37,7 +38,7 @@ def encode_blocks(values: np.ndarray, imatrix: Optional[np.ndarray], block: int,
     flat = values.reshape(rows * blocks_per_row, block)
     out = np.empty((rows * blocks_per_row, block_bytes), dtype=np.uint8)
     if imatrix is None or impl is None:
-        ref(flat, out)
+        ref(flat, _NO_IMATRIX, blocks_per_row, out)
     else:
         imatrix = np.ascontiguousarray(imatrix, dtype=np.float32).reshape(-1)
         if imatrix.shape[0] != n_per_row:

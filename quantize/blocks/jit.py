@@ -182,6 +182,21 @@ def bits_f32(typingctx, bits):
     return types.float32(bits), codegen
 
 
+def _emit_nearest_int(builder, value):
+    """LLVM IR of ``nearest_int``: ``(bits(v + 12582912.f) & 0x7fffff) - 0x400000`` in i32."""
+    i32 = ir.IntType(32)
+    bits = builder.bitcast(builder.fadd(value, ir.Constant(ir.FloatType(), 12582912.0)), i32)
+    return builder.sub(builder.and_(bits, ir.Constant(i32, 0x007FFFFF)), ir.Constant(i32, 0x00400000))
+
+
+def _emit_order_flip(builder, bits):
+    """LLVM IR of the involution between float32 bits and :func:`order_key`: flip the
+    magnitude bits of negative values (``bits ^ ((bits >> 31) & 0x7fffffff)``)."""
+    i32 = ir.IntType(32)
+    negative = builder.ashr(bits, ir.Constant(i32, 31))
+    return builder.xor(bits, builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+
+
 @intrinsic
 def nearest_int(typingctx, value):
     """C's ``nearest_int``: ``(bits(f + 12582912.f) & 0x7fffff) - 0x400000`` as int32.
@@ -193,10 +208,7 @@ def nearest_int(typingctx, value):
         return None
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        shifted = builder.fadd(args[0], ir.Constant(ir.FloatType(), 12582912.0))
-        bits = builder.bitcast(shifted, i32)
-        return builder.sub(builder.and_(bits, ir.Constant(i32, 0x007FFFFF)), ir.Constant(i32, 0x00400000))
+        return _emit_nearest_int(builder, args[0])
     return types.int32(types.float32), codegen
 
 
@@ -207,11 +219,7 @@ def nearest_f(typingctx, value):
         return None
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        shifted = builder.fadd(args[0], ir.Constant(ir.FloatType(), 12582912.0))
-        bits = builder.bitcast(shifted, i32)
-        level = builder.sub(builder.and_(bits, ir.Constant(i32, 0x007FFFFF)), ir.Constant(i32, 0x00400000))
-        return builder.sitofp(level, ir.FloatType())
+        return builder.sitofp(_emit_nearest_int(builder, args[0]), ir.FloatType())
     return types.float32(types.float32), codegen
 
 
@@ -259,10 +267,7 @@ def order_key(typingctx, value):
         return None
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        bits = builder.bitcast(args[0], i32)
-        negative = builder.ashr(bits, ir.Constant(i32, 31))
-        return builder.xor(bits, builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+        return _emit_order_flip(builder, builder.bitcast(args[0], ir.IntType(32)))
     return types.int32(types.float32), codegen
 
 
@@ -273,10 +278,7 @@ def key_value(typingctx, key):
         return None
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        negative = builder.ashr(args[0], ir.Constant(i32, 31))
-        bits = builder.xor(args[0], builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
-        return builder.bitcast(bits, ir.FloatType())
+        return builder.bitcast(_emit_order_flip(builder, args[0]), ir.FloatType())
     return types.float32(types.int32), codegen
 
 

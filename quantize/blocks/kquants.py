@@ -219,13 +219,9 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
 
 
 @kernel
-def q2_k_ref(x, out):
-    _q2_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
-
-
-@kernel
-def q2_k_impl(x, qw, blocks_per_row, out):
-    _q2_k(x, qw, blocks_per_row, out, Flag(True))
+def q2_k(x, qw, blocks_per_row, out):
+    """Q2_K of ``x[blocks, 256]``: ``quantize_row_q2_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q2_k(x, qw, blocks_per_row, out, qw.size > 0)
 
 
 # ---- Q3_K --------------------------------------------------------------------------------------
@@ -309,13 +305,9 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
 
 
 @kernel
-def q3_k_ref(x, out):
-    _q3_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
-
-
-@kernel
-def q3_k_impl(x, qw, blocks_per_row, out):
-    _q3_k(x, qw, blocks_per_row, out, Flag(True))
+def q3_k(x, qw, blocks_per_row, out):
+    """Q3_K of ``x[blocks, 256]``: ``quantize_row_q3_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q3_k(x, qw, blocks_per_row, out, qw.size > 0)
 
 
 # ---- Q4_K / Q5_K -------------------------------------------------------------------------------
@@ -402,23 +394,15 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
 
 
 @kernel
-def q4_k_ref(x, out):
-    _k4(x, np.empty(0, np.float32), Int(1), out, Flag(False), Int(15), F32(-1.0), F32(0.1), Int(20), Flag(False), Flag(False))
+def q4_k(x, qw, blocks_per_row, out):
+    """Q4_K of ``x[blocks, 256]``: ``quantize_row_q4_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _k4(x, qw, blocks_per_row, out, qw.size > 0, Int(15), F32(-1.0), F32(0.1), Int(20), Flag(False), Flag(False))
 
 
 @kernel
-def q4_k_impl(x, qw, blocks_per_row, out):
-    _k4(x, qw, blocks_per_row, out, Flag(True), Int(15), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False))
-
-
-@kernel
-def q5_k_ref(x, out):
-    _k4(x, np.empty(0, np.float32), Int(1), out, Flag(False), Int(31), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True))
-
-
-@kernel
-def q5_k_impl(x, qw, blocks_per_row, out):
-    _k4(x, qw, blocks_per_row, out, Flag(True), Int(31), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(True), Flag(True))
+def q5_k(x, qw, blocks_per_row, out):
+    """Q5_K of ``x[blocks, 256]``: ``quantize_row_q5_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _k4(x, qw, blocks_per_row, out, qw.size > 0, Int(31), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True))
 
 
 # ---- Q6_K --------------------------------------------------------------------------------------
@@ -479,10 +463,6 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
 
 
 @kernel
-def q6_k_ref(x, out):
-    _q6_k(x, np.empty(0, np.float32), Int(1), out, Flag(False))
-
-
-@kernel
-def q6_k_impl(x, qw, blocks_per_row, out):
-    _q6_k(x, qw, blocks_per_row, out, Flag(True))
+def q6_k(x, qw, blocks_per_row, out):
+    """Q6_K of ``x[blocks, 256]``: ``quantize_row_q6_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q6_k(x, qw, blocks_per_row, out, qw.size > 0)

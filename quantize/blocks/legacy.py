@@ -117,7 +117,7 @@ def _store_q4(out, blk, at, levels):
 
 
 @streaming_kernel
-def q8_0_ref(x, out):
+def q8_0_ref(x, qw, blocks_per_row, out):
     """``quantize_row_q8_0_ref``: ``d = amax/127``, ``qs = roundf(x/d)``.
 
     ``amax = MAX(amax, fabsf(v))`` is reduced as ordered integers (equal for every block
@@ -188,22 +188,22 @@ def _offset_ref(x, out, nmax, five_bits):
 
 
 @streaming_kernel
-def q4_0_ref(x, out):
+def q4_0_ref(x, qw, blocks_per_row, out):
     _symmetric_ref(x, out, 8, False)
 
 
 @streaming_kernel
-def q5_0_ref(x, out):
+def q5_0_ref(x, qw, blocks_per_row, out):
     _symmetric_ref(x, out, 16, True)
 
 
 @streaming_kernel
-def q4_1_ref(x, out):
+def q4_1_ref(x, qw, blocks_per_row, out):
     _offset_ref(x, out, 15, False)
 
 
 @streaming_kernel
-def q5_1_ref(x, out):
+def q5_1_ref(x, qw, blocks_per_row, out):
     _offset_ref(x, out, 31, True)
 
 
