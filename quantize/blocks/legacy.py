@@ -52,16 +52,31 @@ def _roundf(v):
 
 @inline
 def _first_abs_max(x, blk):
-    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block."""
-    top = np.int32(0)
+    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block.
+
+    The largest and the most negative value come from one pass of ordered-integer
+    reductions; only a tie of ``+a`` and ``-a`` needs C's "first one wins" scan.
+    Zeros and NaNs never win, as in C.
+    """
+    lo = np.int32(0)  # order_key(+0.0)
+    hi = np.int32(0)
     for j in range(32):
-        top = max(top, magnitude_key(x[blk, j]))
-    if top == 0:
+        key = order_key(x[blk, j])
+        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
+        lo = min(lo, key if inside else np.int32(0))
+        hi = max(hi, key if inside else np.int32(0))
+    vlo = key_value(lo)
+    vhi = key_value(hi)
+    if vhi > -vlo:
+        return vhi
+    if -vlo > vhi:
+        return vlo
+    if vhi == _ZERO:
         return _ZERO
-    first = np.int32(32)
     for j in range(32):
-        first = min(first, np.int32(j) if magnitude_key(x[blk, j]) == top else np.int32(32))
-    return x[blk, first]
+        if np.abs(x[blk, j]) == vhi:
+            return x[blk, j]
+    return _ZERO
 
 
 @inline
