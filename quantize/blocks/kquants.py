@@ -95,6 +95,20 @@ def _pack_4bit(out, blk, at, levels, count, b, mask):
 
 
 @inline
+def _largest_scale_and_min(scales, mins, count, subs, b):
+    """Block ``b``'s ``if (scale > max_scale) max_scale = scale`` (and the same for the
+    mins) from 0 over its ``subs`` sub-blocks: the _ref functions' super-scales."""
+    max_scale = _ZERO
+    max_min = _ZERO
+    for j in range(subs):
+        s = scales[j * count + b]
+        max_scale = s if s > max_scale else max_scale
+        m = mins[j * count + b]
+        max_min = m if m > max_min else max_min
+    return max_scale, max_min
+
+
+@inline
 def _sigma2(x, first, count, factor):
     """``factor*sumx2/QK_K`` per super-block (``sumx2`` left to right; Q2_K's factor 1 is no multiply)."""
     sigma2 = np.empty(count, np.float32)
@@ -180,13 +194,7 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
             d_block = np.empty(count, np.float32)
             m_block = np.empty(count, np.float32)
             for b in range(count):
-                max_scale = _ZERO
-                max_min = _ZERO
-                for j in range(16):
-                    s = scales[j * count + b]
-                    max_scale = s if s > max_scale else max_scale
-                    m = mins[j * count + b]
-                    max_min = m if m > max_min else max_min
+                max_scale, max_min = _largest_scale_and_min(scales, mins, count, 16, b)
                 for j in range(16):
                     packed[j * count + b] = 0
                 if max_scale > _ZERO:
@@ -356,13 +364,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
                     w[i, g] = sum_x2[g] + np.abs(xt[i, g])
             qkx_quants(xt, w, nmax, rmin, rdelta, nstep, Flag(False), Flag(True), scales, mins, levels)
             for b in range(count):
-                max_scale = _ZERO
-                max_min = _ZERO
-                for j in range(8):
-                    s = scales[j * count + b]
-                    max_scale = s if s > max_scale else max_scale
-                    m = mins[j * count + b]
-                    max_min = m if m > max_min else max_min
+                max_scale, max_min = _largest_scale_and_min(scales, mins, count, 8, b)
                 inv_scale = F32(63) / max_scale if max_scale > _ZERO else _ZERO
                 inv_min = F32(63) / max_min if max_min > _ZERO else _ZERO
                 for j in range(8):
