@@ -1,4 +1,4 @@
-"""Benchmark: a Hugging Face folder to Q4_K_M in one pass, against converting to F16 first.
+"""Benchmark: a Hugging Face folder to Q4_K_M in one pass, against converting to a GGUF first.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_hf_to_q4km.py [--layers 10] [--threads 2]``
 
@@ -7,8 +7,9 @@ layers ≈ 1 GB of weights), then times, each from a cold start of its output fi
 
 1. ours, one pass: ``quantize_model(folder, Q4_K_M)`` (weights read once, rounded
    through the 16-bit intermediate in memory, quantized, written);
-2. ours, two steps: ``convert(folder, F16)`` then ``quantize_model(f16, Q4_K_M)``;
-3. "llama.cpp's way": the same F16 convert (its bytes are convert_hf_to_gguf.py's), then
+2. ours, two steps: ``convert(folder, BF16)`` then ``quantize_model(bf16, Q4_K_M)``
+   (BF16: the 16-bit intermediate the one pass rounds through for a BF16 checkpoint);
+3. "llama.cpp's way": the same convert (its bytes are convert_hf_to_gguf.py's), then
    libllama's ``llama_model_quantize`` with the same thread count.
 
 All three Q4_K_M files must be byte-identical. Prints seconds and MB/s of checkpoint.
@@ -50,7 +51,7 @@ def main() -> None:
     print(f"kernels ready in {compile_kernels():.1f} s (compiled, or loaded from the cache)")
     q4km = FILE_TYPES["Q4_K_M"]
     options = QuantizeOptions(threads=args.threads)
-    f16 = workdir / "model-F16.gguf"
+    f16 = workdir / "model-BF16.gguf"  # the one pass's intermediate for a BF16 checkpoint
     one, two, llama = (workdir / f"{n}-Q4_K_M.gguf" for n in ("one-pass", "two-step", "llama"))
 
     def timed(setup, run) -> float:
@@ -60,16 +61,16 @@ def main() -> None:
         return time.perf_counter() - start
 
     t_one = timed(fresh_disk(one), lambda: quantize_model(folder, [QuantizeTarget(q4km, one)], options))
-    t_convert = timed(fresh_disk(f16), lambda: convert(folder, f16, "f16"))
+    t_convert = timed(fresh_disk(f16), lambda: convert(folder, f16, "bf16"))
     t_two = timed(fresh_disk(two), lambda: quantize_model(f16, [QuantizeTarget(q4km, two)], options))
     t_llama = timed(fresh_disk(llama), lambda: llama_quantize(f16, llama, q4km.ftype, nthread=args.threads))
     rows = [("ours, one pass (folder -> Q4_K_M)", t_one),
-            ("ours, convert F16 + quantize", t_convert + t_two),
-            ("convert F16 + llama_model_quantize", t_convert + t_llama)]
+            ("ours, convert BF16 + quantize", t_convert + t_two),
+            ("convert BF16 + llama_model_quantize", t_convert + t_llama)]
     print(f"{'pipeline':38s} {'seconds':>8s} {'MB/s':>7s} {'vs one pass':>11s}")
     for name, seconds in rows:
         print(f"{name:38s} {seconds:8.1f} {weights / 1e6 / seconds:7.0f} {seconds / t_one:10.2f}x")
-    print(f"(F16 convert alone: {t_convert:.1f} s; quantize from F16: ours {t_two:.1f} s, "
+    print(f"(BF16 convert alone: {t_convert:.1f} s; quantize from BF16: ours {t_two:.1f} s, "
           f"llama.cpp {t_llama:.1f} s)")
     same = [describe_differences(one, other) for other in (two, llama)]
     print("Q4_K_M files identical:", "yes" if same == [None, None] else f"NO: {same}")
