@@ -14,6 +14,7 @@ target and renamed only when complete (:func:`app.core.jobs.atomic_output`).
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -133,15 +134,57 @@ def write_ggufs(
             fh = stack.enter_context(open(tmp, "wb"))
             fh.write(header_bytes(out.arch, out.metadata, _tensor_infos(out.planned), out.alignment))
             files.append(fh)
-        for i, tensor in enumerate(tensors):
-            check(cancel)
-            encoded = encode(i, load(tensor))
+
+        def write(i: int, encoded: Sequence[np.ndarray]) -> None:
             for out, fh, data in zip(outputs, files, encoded):
                 planned = out.planned[i]
                 if data.nbytes != planned.nbytes:
-                    raise RuntimeError(f"{tensor.name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
+                    raise RuntimeError(f"{tensors[i].name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
                 np.ascontiguousarray(data).view(np.uint8).reshape(-1).tofile(fh)
                 fh.write(bytes(padded(data.nbytes, out.alignment) - data.nbytes))
+
+        _pipeline(len(tensors), lambda i: load(tensors[i]), encode, write, cancel)
         for fh in files:
             fh.close()  # flush before the renames that leaving the stack performs
     return [out.target for out in outputs]
+
+
+def _pipeline(count: int, load: Callable[[int], np.ndarray], encode: MultiEncoder,
+              write: Callable[[int, Sequence[np.ndarray]], None], cancel: Optional[CancelToken]) -> None:
+    """``write(i, encode(i, load(i)))`` for every tensor, three stages overlapped::
+
+        loader thread:   load 0 | load 1      | load 2      | ...
+        caller:                 | encode 0    | encode 1    | encode 2 ...
+        writer thread:                        | write 0     | write 1  ...
+
+    While tensor ``i`` is encoded (on the caller's thread pool), tensor ``i+1`` is read
+    and tensor ``i-1``'s bytes go to disk, so reading and writing no longer leave the
+    encoding threads idle. Memory stays bounded by the model's largest tensors, whatever
+    its size: at most one tensor loaded ahead and one tensor's output waiting to be written.
+    Errors from any stage surface here, in order; nothing is left running.
+    """
+    if count == 0:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="gguf-load") as loader, \
+            ThreadPoolExecutor(1, thread_name_prefix="gguf-write") as writer:
+        ahead = loader.submit(load, 0)
+        writing = None
+        try:
+            for i in range(count):
+                check(cancel)
+                values = ahead.result()
+                ahead = loader.submit(load, i + 1) if i + 1 < count else None
+                encoded = encode(i, values)
+                del values
+                if writing is not None:
+                    writing.result()  # one output in flight at most
+                writing = writer.submit(write, i, encoded)
+                del encoded
+            writing.result()
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+            for pending in (ahead, writing):
+                if pending is not None and not pending.cancelled():
+                    with contextlib.suppress(BaseException):
+                        pending.result()  # let it finish before the files are closed

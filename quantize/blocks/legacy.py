@@ -1,4 +1,4 @@
-"""Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: llama.cpp's 32-value block types, byte-exact.
+"""Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: llama.cpp's 32-value block types, compiled, byte-exact.
 
 Block layouts (little endian, ``d``/``m`` are fp16)::
 
@@ -8,198 +8,286 @@ Block layouts (little endian, ``d``/``m`` are fp16)::
     Q5_0  | d | qh[4] | qs[16] |                                        22 bytes
     Q5_1  | d | m | qh[4] | qs[16] |                                    24 bytes
 
-    qs[j] = q[j] & 0xF | (q[j + 16] & 0xF) << 4      (j = 0..15)
+    qs[j] = q[j] & 0xF | (q[j + 16] & 0xF) << 4      (j = 0..15; Q4's C code masks neither)
     qh    = bit i holds (q[i] >> 4) & 1              (i = 0..31, a little-endian uint32)
 
 Without an imatrix these are ggml's ``quantize_row_*_ref`` (straight min/max or abs-max
-scaling). Kernels work positions-major (``xt[i, block]``): numpy reduces a short row
-slowly, but reduces rows of a tall array fast, and the imatrix searches want it anyway.
-With one they follow ``quantize_row_*_impl``: weights ``qw * sqrt(sigma2 + x*x)`` with
-``sigma2`` the mean square of the *whole row*, then the ``make_qx_quants`` (symmetric)
-or ``make_qkx3_quants`` (with offset) searches. Q8_0 ignores the imatrix, as ggml does.
+scaling); with one, ``quantize_row_*_impl``: weights ``qw * sqrt(sigma2 + x*x)`` with
+``sigma2`` the mean square of the *whole row*, then ``make_qx_quants`` (symmetric) or
+``make_qkx3_quants`` (with offset). Q8_0 ignores the imatrix, as ggml does. Blocks are
+processed in batches of :data:`BATCH` lanes (one block per lane, see :mod:`.lanes`).
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
-from gguf import GGMLQuantizationType as QT
 
-from quantize.blocks.chunking import encode_blocks
-from quantize.blocks.float_ops import F32, first_abs_max, lane_reduce, seq_min_max, signed_int8, to_fp16
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value,
+                                 magnitude_key, order_key, put_fp16, streaming_kernel)
+from quantize.blocks.lanes import gather, imatrix_weights
 from quantize.blocks.searches import qkx_quants, qx_quants
-from quantize.encode import register_encoder
 
-_CHUNK = 2048  # blocks per kernel call: 256 KiB of input
+BATCH = 256  # blocks per batch: the lane arrays stay in L1/L2
+_ZERO = F32(0.0)
+_ONE = F32(1.0)
+_HALF = F32(0.5)
+_IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in every _impl
+_IMPL_RDELTA = F32(0.05)
 
 
-def _inverse(d: np.ndarray) -> np.ndarray:
+@inline
+def _inverse(d):
     """``d ? 1.0f/d : 0.0f``."""
-    with np.errstate(divide="ignore", over="ignore"):
-        return np.where(d != 0, F32(1) / d, F32(0))
+    return _ONE / d if d != _ZERO else _ZERO
 
 
-def _truncated_levels(biased: np.ndarray, top: Optional[int], finite: bool) -> np.ndarray:
-    """C's ``(uint8_t) MIN(top, (int8_t) v)`` (``top=None``: ``(uint8_t) v``) of ``v = biased``.
+@inline
+def _roundf(v):
+    """C's ``roundf``: half away from zero (``v - trunc(v)`` is exact)."""
+    t = np.trunc(v)
+    if np.abs(v - t) >= _HALF:
+        t = t + (_ONE if v > _ZERO else -_ONE)
+    return t
 
-    When every value is finite the callers' ``v`` lie in ``[0, 2*nmax + 1)``, where a
-    float -> uint8 cast truncates exactly like C; otherwise take the int8 route, which
-    also reproduces C's conversions of NaN and overflow.
+
+@inline
+def _first_abs_max(x, blk):
+    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block.
+
+    The largest and the most negative value come from one pass of ordered-integer
+    reductions; only a tie of ``+a`` and ``-a`` needs C's "first one wins" scan.
+    Zeros and NaNs never win, as in C.
     """
-    if finite:
-        if top is not None:
-            np.minimum(biased, F32(top), out=biased)
-        return biased.astype(np.uint8)
-    q = signed_int8(biased)
-    if top is not None:
-        q = np.minimum(q, top)
-    return q.view(np.uint8)
+    lo = np.int32(0)  # order_key(+0.0)
+    hi = np.int32(0)
+    for j in range(32):
+        key = order_key(x[blk, j])
+        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
+        lo = min(lo, key if inside else np.int32(0))
+        hi = max(hi, key if inside else np.int32(0))
+    vlo = key_value(lo)
+    vhi = key_value(hi)
+    if vhi > -vlo:
+        return vhi
+    if -vlo > vhi:
+        return vlo
+    if vhi == _ZERO:
+        return _ZERO
+    for j in range(32):
+        if np.abs(x[blk, j]) == vhi:
+            return x[blk, j]
+    return _ZERO
 
 
-def _all_finite(xt: np.ndarray, *per_block: np.ndarray) -> bool:
-    """Whether the chunk and its per-block factors are all finite (a sum finds NaN and inf)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(np.add.reduce(xt, axis=0)).all()
-                    and all(np.isfinite(a).all() for a in per_block))
+@inline
+def _min_max(x, blk):
+    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``.
 
-
-class _BlockWriter:
-    """Fills the ``(blocks, block_bytes)`` output field by field from positions-major data."""
-
-    def __init__(self, blocks: int, block_bytes: int) -> None:
-        self.out = np.empty((blocks, block_bytes), dtype=np.uint8)
-        self.at = 0
-
-    def put(self, field: np.ndarray) -> None:
-        """``field``: fp16 per block, or ``(bytes, blocks)`` uint8 (written transposed)."""
-        if field.dtype == np.float16:
-            field = field.view(np.uint8).reshape(-1, 2).T
-        width = field.shape[0]
-        self.out[:, self.at:self.at + width] = field.T
-        self.at += width
-
-
-def _nibbles(q: np.ndarray, masked: bool) -> np.ndarray:
-    """``q[j] | q[j+16] << 4``; Q5 masks both (``& 0x0F``), Q4's C code masks neither."""
-    if masked:
-        return (q[:16] & 0x0F) | ((q[16:] & 0x0F) << 4)
-    return q[:16] | (q[16:] << 4)
-
-
-def _high_bits(q: np.ndarray) -> np.ndarray:
-    """The Q5 ``qh`` word: bit ``i`` is bit 4 of ``q[i]``, as 4 little-endian bytes."""
-    bits = ((q >> 4) & 1).reshape(4, 8, -1)  # [byte, bit, block]
-    packed = bits[:, 0].copy()
-    for bit in range(1, 8):  # np.packbits along axis 0 is several times slower
-        packed |= bits[:, bit] << bit
-    return packed
-
-
-def _imatrix_weights(xt: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
-    """``qw[j] * sqrtf(sigma2 + x[j]*x[j])`` positions-major."""
-    return np.ascontiguousarray(qw.T) * np.sqrt(sigma2[None, :] + xt * xt)
-
-
-# ---- Q8_0 --------------------------------------------------------------------------------
-
-def _q8_0_kernel(x: np.ndarray, qw: Optional[np.ndarray], sigma2: Optional[np.ndarray]) -> np.ndarray:
-    xt = np.ascontiguousarray(x.T)
-    amax = np.maximum(lane_reduce(np.maximum, xt, 0), -lane_reduce(np.minimum, xt, 0))
-    amax += F32(0)  # C's amax is a fabsf: never -0.0
-    d = amax / F32(127)
-    inv = _inverse(d)
-    scaled = xt * inv
-    if _all_finite(xt, inv):
-        # roundf (half away from zero) = trunc(v + copysign(.5, v)) except for
-        # |v| = 0.5 - 2**-25, where the addition itself rounds up to 1.
-        shifted = scaled + np.copysign(F32(0.5), scaled)
-        q = shifted.astype(np.int8)
-        q[np.abs(scaled) == F32(0.49999997)] = 0
-    else:
-        truncated = np.trunc(scaled)
-        away = np.abs(scaled - truncated) >= F32(0.5)
-        q = signed_int8(truncated + np.where(away, np.sign(scaled), F32(0)))
-    writer = _BlockWriter(x.shape[0], 34)
-    writer.put(to_fp16(d))
-    writer.put(q.view(np.uint8))
-    return writer.out
-
-
-@register_encoder(QT.Q8_0)
-def encode_q8_0(values: np.ndarray, imatrix: Optional[np.ndarray]) -> np.ndarray:
-    """Q8_0 (the imatrix is ignored, as in ggml)."""
-    return encode_blocks(values, None, 32, 34, _q8_0_kernel, _CHUNK)
-
-
-# ---- Q4_0 / Q5_0 (symmetric) ---------------------------------------------------------------
-
-def _symmetric(x: np.ndarray, qw: Optional[np.ndarray], sigma2: Optional[np.ndarray],
-               nmax: int) -> tuple[np.ndarray, None, np.ndarray]:
-    """``(d, None, q[32, blocks])`` of Q4_0 (``nmax`` 8) or Q5_0 (16).
-
-    ``_ref``: ``d = max / -nmax``, ``q = MIN(2nmax-1, (int8)(x/d + nmax + .5))``;
-    ``_impl``: ``make_qx_quants`` with imatrix weights.
+    Reduced as ordered integers; when an extreme is a zero, C kept the first zero it met
+    (``-0.0 < +0.0`` is false), whose sign is looked up.
     """
-    xt = np.ascontiguousarray(x.T)
-    if qw is not None:
-        d, levels = qx_quants(xt, nmax, _imatrix_weights(xt, qw, sigma2))
-        return d, None, levels
-    d = first_abs_max(xt, axis=0) / F32(-nmax)
-    inv = _inverse(d)
-    biased = xt * inv
-    biased += F32(nmax + 0.5)
-    return d, None, _truncated_levels(biased, 2 * nmax - 1, _all_finite(xt, inv))
+    lo = order_key(F32_MAX)
+    hi = order_key(-F32_MAX)
+    for j in range(32):
+        key = order_key(x[blk, j])
+        # NaN keys lie beyond the infinities' (C's comparisons never take a NaN)
+        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
+        lo = min(lo, key if inside else np.int32(0x7FFFFFFF))
+        hi = max(hi, key if inside else np.int32(-0x7FFFFFFF))
+    vlo = key_value(lo)
+    vhi = key_value(hi)
+    if vlo == _ZERO or vhi == _ZERO:
+        for j in range(32):
+            if x[blk, j] == _ZERO:
+                vlo = x[blk, j] if vlo == _ZERO else vlo
+                vhi = x[blk, j] if vhi == _ZERO else vhi
+                break
+    return vlo, vhi
 
 
-# ---- Q4_1 / Q5_1 (with offset) -------------------------------------------------------------
+@inline
+def _high_bits(levels):
+    """The Q5 ``qh`` word: bit ``j`` is bit 4 of level ``j``."""
+    qh = Int(0)
+    for j in range(32):
+        qh |= Int((levels[j] >> 4) & 1) << j
+    return qh
 
-def _with_offset(x: np.ndarray, qw: Optional[np.ndarray], sigma2: Optional[np.ndarray],
-                 nmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(d, m, q[32, blocks])`` of Q4_1 (``nmax`` 15) or Q5_1 (31).
 
-    ``_ref``: ``d = (max - min) / nmax``, ``m = min``, ``q = (int8)((x - min)/d + .5)``
-    (Q4_1 also clamps to 15); ``_impl``: ``make_qkx3_quants`` with imatrix weights, whose
-    ``the_min`` is ``-m``.
+@inline
+def _store_q5(out, blk, at, levels):
+    """``qh`` (4 bytes, little endian) then ``qs[j] = (L[j] & 0xF) | (L[j+16] & 0xF) << 4``."""
+    qh = _high_bits(levels)
+    for k in range(4):
+        out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
+    for j in range(16):
+        out[blk, at + 4 + j] = np.uint8(((levels[j] & 0xF) | ((levels[j + 16] & 0xF) << 4)) & 0xFF)
+
+
+@inline
+def _store_q4(out, blk, at, levels):
+    """``qs[j] = L[j] | L[j+16] << 4`` with C's uint8 values, unmasked."""
+    for j in range(16):
+        out[blk, at + j] = np.uint8(((levels[j] & 0xFF) | ((levels[j + 16] & 0xFF) << 4)) & 0xFF)
+
+
+@streaming_kernel
+def q8_0_ref(x, qw, blocks_per_row, out):
+    """``quantize_row_q8_0_ref``: ``d = amax/127``, ``qs = roundf(x/d)``.
+
+    ``amax = MAX(amax, fabsf(v))`` is reduced as ordered integers (equal for every block
+    without NaN).
     """
-    xt = np.ascontiguousarray(x.T)
-    if qw is not None:
-        scale, the_min, levels = qkx_quants(xt, _imatrix_weights(xt, qw, sigma2), nmax, -0.9, 0.05, 36,
-                                            use_mad=False)
-        return scale, -the_min, levels
-    lo, hi = seq_min_max(xt, axis=0)
-    d = (hi - lo) / F32(nmax)
-    inv = _inverse(d)
-    biased = xt - lo
-    biased *= inv
-    biased += F32(0.5)
-    return d, lo, _truncated_levels(biased, 15 if nmax == 15 else None, _all_finite(xt, inv))
+    for blk in range(x.shape[0]):
+        top = np.int32(0)
+        for j in range(32):
+            top = max(top, magnitude_key(x[blk, j]))
+        d = key_value(top) / F32(127)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        for j in range(32):
+            out[blk, 2 + j] = np.uint8(c_trunc_i32(_roundf(x[blk, j] * inv)) & 0xFF)
 
 
-# ---- Q4_0, Q5_0, Q4_1, Q5_1: kernels from their field layouts ---------------------------------
+@inline
+def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits):
+    """Quantize one block and store its nibbles (and Q5's ``qh``) in one vectorizable pass.
 
-def _field(name: str, d: np.ndarray, m: Optional[np.ndarray], q: np.ndarray) -> np.ndarray:
-    return {"d": lambda: to_fp16(d), "m": lambda: to_fp16(m), "qh": lambda: _high_bits(q),
-            "qs4": lambda: _nibbles(q, masked=False), "qs5": lambda: _nibbles(q, masked=True)}[name]()
+    Level ``j`` is C's ``(x[j] - shift)*scale + bias`` converted to ``int8_t`` and capped
+    at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
+    ``uint8_t`` C stores.
+    """
+    qh = Int(0)
+    for j in range(16):
+        v0 = (x[blk, j] - shift) * scale + bias
+        v1 = (x[blk, j + 16] - shift) * scale + bias
+        if via_int8:
+            l0 = min(top, np.int32(c_int8(v0))) & 0xFF
+            l1 = min(top, np.int32(c_int8(v1))) & 0xFF
+        else:
+            l0 = c_trunc_i32(v0) & 0xFF
+            l1 = c_trunc_i32(v1) & 0xFF
+        if five_bits:
+            qh |= (Int((l0 >> 4) & 1) << j) | (Int((l1 >> 4) & 1) << (j + 16))
+            out[blk, at + 4 + j] = np.uint8(((l0 & 0xF) | ((l1 & 0xF) << 4)) & 0xFF)
+        else:
+            out[blk, at + j] = np.uint8((l0 | (l1 << 4)) & 0xFF)
+    if five_bits:
+        for k in range(4):
+            out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
 
 
-def _register(qtype: QT, levels_of, nmax: int, block_bytes: int, fields: tuple[str, ...]) -> None:
-    def kernel(x: np.ndarray, qw: Optional[np.ndarray], sigma2: Optional[np.ndarray]) -> np.ndarray:
-        d, m, q = levels_of(x, qw, sigma2, nmax)
-        writer = _BlockWriter(x.shape[0], block_bytes)
-        for name in fields:
-            writer.put(_field(name, d, m, q))
-        return writer.out
-
-    def encode(values: np.ndarray, imatrix: Optional[np.ndarray]) -> np.ndarray:
-        return encode_blocks(values, imatrix, 32, block_bytes, kernel, _CHUNK, needs_row_sigma2=True)
-
-    encode.__name__ = f"encode_{qtype.name.lower()}"
-    encode.__doc__ = f"{qtype.name}: ggml's quantize_row_{qtype.name.lower()}_ref, or _impl with an imatrix."
-    register_encoder(qtype)(encode)
+@inline
+def _symmetric_ref(x, out, nmax, five_bits):
+    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``."""
+    bias = f32(nmax) + _HALF
+    for blk in range(x.shape[0]):
+        d = _first_abs_max(x, blk) / f32(-nmax)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        # MIN(2nmax-1, (int8_t)(x*id + nmax + .5f))
+        _store_levels(out, blk, 2, x, inv, _ZERO, bias, 2 * nmax - 1, True, five_bits)
 
 
-_register(QT.Q4_0, _symmetric, 8, 18, ("d", "qs4"))
-_register(QT.Q5_0, _symmetric, 16, 22, ("d", "qh", "qs5"))
-_register(QT.Q4_1, _with_offset, 15, 20, ("d", "m", "qs4"))
-_register(QT.Q5_1, _with_offset, 31, 24, ("d", "m", "qh", "qs5"))
+@inline
+def _offset_ref(x, out, nmax, five_bits):
+    """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``."""
+    for blk in range(x.shape[0]):
+        lo, hi = _min_max(x, blk)
+        d = (hi - lo) / f32(nmax)
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        put_fp16(out, blk, 2, lo)
+        # Q4_1: MIN(15, (int8_t)((x - min)*id + .5f)); Q5_1: (uint8_t)(...)
+        _store_levels(out, blk, 4, x, inv, lo, _HALF, 15, not five_bits, five_bits)
+
+
+@streaming_kernel
+def q4_0_ref(x, qw, blocks_per_row, out):
+    _symmetric_ref(x, out, 8, False)
+
+
+@streaming_kernel
+def q5_0_ref(x, qw, blocks_per_row, out):
+    _symmetric_ref(x, out, 16, True)
+
+
+@streaming_kernel
+def q4_1_ref(x, qw, blocks_per_row, out):
+    _offset_ref(x, out, 15, False)
+
+
+@streaming_kernel
+def q5_1_ref(x, qw, blocks_per_row, out):
+    _offset_ref(x, out, 31, True)
+
+
+# ---- with an imatrix: the _impl functions ------------------------------------------------------
+
+@helper
+def _row_sigma2(x, blocks_per_row, sigma2_of_block):
+    """``sum(x*x)/n_per_row`` of each block's row, summed left to right over the row."""
+    blocks = x.shape[0]
+    n_per_row = f32(blocks_per_row * x.shape[1])
+    for row_start in range(0, blocks, blocks_per_row):
+        total = _ZERO
+        for blk in range(row_start, row_start + blocks_per_row):
+            for j in range(x.shape[1]):
+                v = x[blk, j]
+                total += v * v
+        for blk in range(row_start, row_start + blocks_per_row):
+            sigma2_of_block[blk] = total / n_per_row
+
+
+@helper
+def _impl(x, qw, blocks_per_row, out, nmax, symmetric, with_m, with_high_bits):
+    """``quantize_row_{q4_0,q5_0,q4_1,q5_1}_impl``: the weighted searches, then the fields."""
+    blocks = x.shape[0]
+    sigma2_all = np.empty(blocks, np.float32)
+    _row_sigma2(x, blocks_per_row, sigma2_all)
+    for first in range(0, blocks, BATCH):
+        count = min(BATCH, blocks - first)
+        xt = np.empty((32, count), np.float32)
+        w = np.empty((32, count), np.float32)
+        q = np.empty((32, count), np.uint8)
+        scale = np.empty(count, np.float32)
+        the_min = np.empty(count, np.float32)
+        gather(x, first, count, Int(32), xt)
+        imatrix_weights(xt, qw, first, count, blocks_per_row, Int(32), sigma2_all[first:first + count], Flag(False), w)
+        if symmetric:
+            qx_quants(xt, w, nmax, scale, q)
+        else:
+            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scale, the_min, q)
+        levels = np.empty(32, np.int32)
+        for g in range(count):
+            put_fp16(out, first + g, 0, scale[g])
+            at = 2
+            if with_m:
+                put_fp16(out, first + g, 2, -the_min[g])
+                at = 4
+            for j in range(32):
+                levels[j] = np.int32(q[j, g])
+            if with_high_bits:
+                _store_q5(out, first + g, at, levels)
+            else:
+                _store_q4(out, first + g, at, levels)
+
+
+@kernel
+def q4_0_impl(x, qw, blocks_per_row, out):
+    _impl(x, qw, blocks_per_row, out, Int(8), Flag(True), Flag(False), Flag(False))
+
+
+@kernel
+def q5_0_impl(x, qw, blocks_per_row, out):
+    _impl(x, qw, blocks_per_row, out, Int(16), Flag(True), Flag(False), Flag(True))
+
+
+@kernel
+def q4_1_impl(x, qw, blocks_per_row, out):
+    _impl(x, qw, blocks_per_row, out, Int(15), Flag(False), Flag(True), Flag(False))
+
+
+@kernel
+def q5_1_impl(x, qw, blocks_per_row, out):
+    _impl(x, qw, blocks_per_row, out, Int(31), Flag(False), Flag(True), Flag(True))

@@ -1,343 +1,381 @@
-"""The scale searches of ggml-quants.c, vectorized across groups.
+"""The scale searches of ggml-quants.c, compiled, many groups at once ("lanes").
 
 Each function here is one static helper of ``ggml-quants.c`` (``make_qx_quants``,
-``make_q3_quants``, ``make_qkx2_quants``/``make_qkx3_quants``, ``make_qp_quants``) run
-on many groups at once. Inputs are positions-major: ``x[i, g]`` is value ``i`` of group
-``g`` (a 16- or 32-value sub-block), so the C loop over ``i`` becomes a walk down
-contiguous rows and the C sums keep their left-to-right order (:func:`seq_sum`).
+``make_q3_quants``, ``make_qkx2_quants``/``make_qkx3_quants``, ``make_qp_quants``) run on
+every column of a positions-major array::
 
-Every expression keeps the C association: ``w*x[i]*l`` is ``(w*x)*l``, ``w*l*l`` is
-``(w*l)*l``; integer constants become float32 exactly where C converts them. Where C
-takes a branch per group (``if (cur_error < best_error)``), we compute both sides for
-all groups and select with a mask, which yields the same values.
+              lane (group) g  ->
+    x[i, g]   g=0   g=1   g=2  ...        one group = one 16- or 32-value sub-block
+       i=0    x00   x01   x02             (or, for the super-block scale searches,
+       i=1    x10   x11   x12              the 8 or 16 sub-block scales of a block)
+       ...
+
+The C loop over ``i`` is the outer loop; the inner loop walks the lanes, so LLVM puts 8
+of them in one AVX2 register while each lane does C's scalar float32 steps in C's order
+(sums left to right, the same association: ``w*x[i]*l`` is ``(w*x)*l``). Where C takes
+a branch per group (``if (cur_error < best_error)``) every lane computes both sides and
+selects. C's "stop when a refinement pass changed nothing" is kept per batch: a pass
+that changes nothing leaves a group's state as it was, so running it again on a
+converged group is a no-op and the batch may stop when no lane changed.
+
+Outputs are per-lane arrays (``scale``, ``the_min``) and a ``levels`` array shaped like
+``x`` (uint8, as C stores ``L``).
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from quantize.blocks.float_ops import (F32, first_abs_max, nearest_clipped, nearest_int, round_clip_inplace, select,
-                                       seq_min_max, seq_sum, seq_sum_from_first, zero_where)
+from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, helper, nearest_f, nearest_int, pick
 
-
-def _at_least_two_groups(search):
-    """Run ``search`` on a duplicated column when there is one group.
-
-    With a single column numpy's ``add.reduce`` over axis 0 sums pairwise instead of
-    left to right (see :func:`quantize.blocks.float_ops.seq_sum`); the hot loops call it
-    directly, so they get two identical columns and we keep the first result.
-    """
-    @functools.wraps(search)
-    def wrapper(x: np.ndarray, *args, **kwargs):
-        if x.shape[1] != 1:
-            return search(x, *args, **kwargs)
-        twice = [np.repeat(a, 2, axis=1) if isinstance(a, np.ndarray) else a for a in args]
-        results = search(np.repeat(x, 2, axis=1), *twice, **kwargs)
-        return tuple(r[..., :1] for r in results)
-    return wrapper
-
-
-#: ggml's threshold below which a group counts as all zero.
-GROUP_MAX_EPS = F32(1e-15)
+_ZERO = F32(0.0)
+_ONE = F32(1.0)
 _TENTH = F32(0.1)
 
 
-@_at_least_two_groups
-def qx_quants(x: np.ndarray, nmax: int, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)`` for every column of ``x``.
+@helper
+def first_abs_max(x, signed_max, amax):
+    """C's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` from 0, per lane."""
+    n, lanes = x.shape
+    for g in range(lanes):
+        signed_max[g] = _ZERO
+        amax[g] = _ZERO
+    for i in range(n):
+        for g in range(lanes):
+            v = x[i, g]
+            a = np.abs(v)
+            take = a > amax[g]
+            amax[g] = pick(take, a, amax[g])
+            signed_max[g] = pick(take, v, signed_max[g])
 
-    Symmetric quantization to ``[-nmax, nmax-1]``: tries 19 scales around ``nmax/max``
-    and keeps the one with the best weighted least-squares fit. Only the winning inverse
-    scale is tracked per group; the levels are rounded again from it at the end (the
-    same float32 operations, so the same levels).
 
-    Args:
-        x: ``(n, groups)`` float32.
-        nmax: Half the number of levels.
-        weights: ``(n, groups)`` float32, or ``None`` for ``x*x`` (C's ``qw == NULL``).
+@helper
+def _qx_sums(x, wx, w, iscale, lo, hi, sumlx, suml2):
+    n, lanes = x.shape
+    for g in range(lanes):
+        sumlx[g] = _ZERO
+        suml2[g] = _ZERO
+    for i in range(n):
+        for g in range(lanes):
+            level = nearest_f(iscale[g] * x[i, g])
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
+            sumlx[g] += wx[i, g] * level
+            suml2[g] += (w[i, g] * level) * level
 
-    Returns:
-        ``(scale[groups], L[n, groups] uint8)`` with ``L = l + nmax``.
+
+@helper
+def qx_quants(x, w, nmax, scale, levels):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, w)``: symmetric levels ``[-nmax, nmax-1]``.
+
+    Tries 19 scales around ``nmax/max`` and keeps the best weighted least-squares fit.
+    ``w`` holds the weights (``x*x`` where C's ``qw`` is NULL). ``levels = l + nmax``,
+    0 for an all-zero group (whose ``scale`` is 0).
     """
-    signed_max = first_abs_max(x)
-    zero = np.abs(signed_max) < GROUP_MAX_EPS
-    w = x * x if weights is None else weights
-    wx = w * x
-    trial = np.empty_like(x)
-    products = np.empty_like(x)
-    with np.errstate(all="ignore"):
-        # |iscale * x| <= |iscale * max| = nmax + 0.1*|step| for every non-zero group.
-        guard = np.asarray(np.where(zero, F32(0), np.abs(F32(nmax + 1) / signed_max) * np.abs(signed_max)))
+    n, lanes = x.shape
+    signed_max = np.empty(lanes, np.float32)
+    amax = np.empty(lanes, np.float32)
+    first_abs_max(x, signed_max, amax)
+    wx = np.empty((n, lanes), np.float32)
+    for i in range(n):
+        for g in range(lanes):
+            wx[i, g] = w[i, g] * x[i, g]
+    fnmax = f32(nmax)
+    lo = f32(-nmax)
+    hi = f32(nmax - 1)
+    best_iscale = np.empty(lanes, np.float32)
+    trial = np.empty(lanes, np.float32)
+    sumlx = np.empty(lanes, np.float32)
+    suml2 = np.empty(lanes, np.float32)
+    best = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        best_iscale[g] = lo / signed_max[g]
+    _qx_sums(x, wx, w, best_iscale, lo, hi, sumlx, suml2)
+    for g in range(lanes):
+        s = pick(suml2[g] != _ZERO, sumlx[g] / suml2[g], _ZERO)
+        scale[g] = s
+        best[g] = s * sumlx[g]
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        stretch = fnmax + _TENTH * f32(step)
+        for g in range(lanes):
+            trial[g] = -stretch / signed_max[g]
+        _qx_sums(x, wx, w, trial, lo, hi, sumlx, suml2)
+        for g in range(lanes):
+            better = (suml2[g] > _ZERO) & (sumlx[g] * sumlx[g] > best[g] * suml2[g])
+            s = sumlx[g] / suml2[g]
+            best_iscale[g] = pick(better, trial[g], best_iscale[g])
+            scale[g] = pick(better, s, scale[g])
+            best[g] = pick(better, s * sumlx[g], best[g])
+    for i in range(n):
+        for g in range(lanes):
+            level = nearest_f(best_iscale[g] * x[i, g])
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
+            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(level + fnmax)), np.uint8(0))
+    for g in range(lanes):
+        if not amax[g] >= GROUP_MAX_EPS:
+            scale[g] = _ZERO
 
-        def levels_for(iscale: np.ndarray) -> np.ndarray:
-            np.multiply(x, iscale, out=trial)
-            return round_clip_inplace(trial, -nmax, nmax - 1, guard)
 
-        def fit(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            np.multiply(wx, levels, out=products)
-            sumlx = np.add.reduce(products, axis=0)
-            sumlx += F32(0)  # C sums from 0.0f: an all-zero sum is +0.0
-            np.multiply(w, levels, out=products)
-            np.multiply(products, levels, out=products)
-            suml2 = np.add.reduce(products, axis=0)
-            suml2 += F32(0)
-            return sumlx, suml2
+@helper
+def q3_quants(x, nmax, scale, levels):
+    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
 
-        best_iscale = F32(-nmax) / signed_max
-        sumlx, suml2 = fit(levels_for(best_iscale))
-        scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
-        best = scale * sumlx
-        for step in range(-9, 10):
-            if step == 0:
-                continue
-            iscale = -(F32(nmax) + _TENTH * F32(step)) / signed_max
-            slx, sl2 = fit(levels_for(iscale))
-            better = (sl2 > 0) & (slx * slx > best * sl2)
-            if better.any():
-                best_iscale = select(better, iscale, best_iscale)
-                scale = select(better, slx / sl2, scale)
-                best = select(better, scale * slx, best)
-        levels = nearest_clipped(best_iscale * x, -nmax, nmax - 1)
-    out = (levels + F32(nmax)).astype(np.uint8)
-    out[:, zero] = 0
-    scale[zero] = 0
-    return scale, out
-
-
-def _refine_levels(x: np.ndarray, w: np.ndarray, levels: np.ndarray, sumlx: np.ndarray,
-                   suml2: np.ndarray, nmax: int, symmetric: bool, active: np.ndarray | None = None) -> None:
-    """The coordinate descent shared by ``make_q3_quants`` and ``make_qp_quants``, in place.
-
-    Up to five passes over the positions; at each, the level that best fits the others'
-    sums replaces the current one if the weighted fit ``sumlx**2 / suml2`` improves. The
-    positions are sequential (each uses the sums the previous one left), so we loop over
-    them with whole-group vectors. A group whose pass changed nothing would repeat the
-    same pass forever (C's ``break``), so each pass only revisits the groups that moved.
-
-    ``symmetric`` selects ``make_q3_quants`` (levels in ``[-nmax, nmax-1]``, the new
-    ``sl2`` must stay positive) over ``make_qp_quants`` (levels ``<= nmax``, stored in a
-    ``uint8_t``, the old ``sl2`` must be positive). ``active``: the only groups that
-    can change (default all).
+    A first guess from the largest magnitude, then up to five passes of coordinate
+    descent over the positions (weights ``x*x``). ``levels = l + nmax``, 0 for a zero group.
     """
-    if active is None:
-        active = np.arange(x.shape[1])
-        xa, wa, la, sx, s2 = x, w, levels, sumlx, suml2
-    else:
-        xa, wa, la, sx, s2 = x[:, active], w[:, active], levels[:, active], sumlx[active], suml2[active]
+    n, lanes = x.shape
+    signed_max = np.empty(lanes, np.float32)
+    amax = np.empty(lanes, np.float32)
+    first_abs_max(x, signed_max, amax)
+    lo = f32(-nmax)
+    hi = f32(nmax - 1)
+    w = np.empty((n, lanes), np.float32)
+    wx = np.empty((n, lanes), np.float32)
+    cur = np.empty((n, lanes), np.float32)
+    sumlx = np.zeros(lanes, np.float32)
+    suml2 = np.zeros(lanes, np.float32)
+    iscale = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        iscale[g] = lo / signed_max[g]
+    for i in range(n):
+        for g in range(lanes):
+            v = x[i, g]
+            weight = v * v
+            w[i, g] = weight
+            wx[i, g] = weight * v
+            level = nearest_f(iscale[g] * v)
+            level = pick(level > hi, hi, level)
+            level = pick(level < lo, lo, level)
+            cur[i, g] = level
+            sumlx[g] += wx[i, g] * level
+            suml2[g] += (weight * level) * level
     for _ in range(5):
-        wxa = wa * xa
-        changed = np.zeros(active.size, dtype=bool)
-        for i in range(x.shape[0]):
-            li = la[i]
-            slx = sx - wxa[i] * li
-            sl2 = s2 - (wa[i] * li) * li
-            ratio = (xa[i] * sl2) / slx
-            if symmetric:
-                new_l = nearest_clipped(ratio, -nmax, nmax - 1)
-            else:
-                new_l = np.minimum(nearest_int(ratio), nmax).astype(F32)
-            slx_new = slx + wxa[i] * new_l
-            sl2_new = sl2 + (wa[i] * new_l) * new_l
-            accept = (slx > 0) & (new_l != li) & ((slx_new * slx_new) * s2 > (sx * sx) * sl2_new)
-            accept &= (sl2_new > 0) if symmetric else (sl2 > 0)
-            if accept.any():
-                changed |= accept
-                if not symmetric:
-                    new_l = (new_l.astype(np.int32) & 0xFF).astype(F32)
-                la[i] = select(accept, new_l, li)
-                sx = select(accept, slx_new, sx)
-                s2 = select(accept, sl2_new, s2)
-        if la is not levels:
-            levels[:, active] = la
-        sumlx[active] = sx
-        suml2[active] = s2
-        if not changed.any():
-            return
-        active = active[changed]
-        xa, wa, la, sx, s2 = x[:, active], w[:, active], levels[:, active], sumlx[active], suml2[active]
+        changed = 0
+        for i in range(n):
+            for g in range(lanes):
+                li = cur[i, g]
+                slx = sumlx[g] - wx[i, g] * li
+                sl2 = suml2[g] - (w[i, g] * li) * li
+                new_l = nearest_f((x[i, g] * sl2) / slx)
+                new_l = pick(new_l > hi, hi, new_l)
+                new_l = pick(new_l < lo, lo, new_l)
+                slx_new = slx + wx[i, g] * new_l
+                sl2_new = sl2 + (w[i, g] * new_l) * new_l
+                accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
+                          & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
+                cur[i, g] = pick(accept, new_l, li)
+                sumlx[g] = pick(accept, slx_new, sumlx[g])
+                suml2[g] = pick(accept, sl2_new, suml2[g])
+                changed += accept
+        if changed == 0:
+            break
+    fnmax = f32(nmax)
+    for g in range(lanes):
+        zero = not amax[g] >= GROUP_MAX_EPS
+        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
+        scale[g] = pick(zero, _ZERO, s)
+    for i in range(n):
+        for g in range(lanes):
+            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(cur[i, g] + fnmax)), np.uint8(0))
 
 
-def q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference scale search.
+@helper
+def qkx_quants(x, w, nmax, rmin, rdelta, nstep, use_mad, flat_if_equal, scale, the_min, levels):
+    """``make_qkx2_quants`` / ``make_qkx3_quants`` with weights: ``x ≈ scale*L - the_min``.
 
-    A first guess from the largest magnitude, then :func:`_refine_levels`.
-
-    Returns:
-        ``(scale[groups], L[n, groups] uint8)`` with ``L = l + nmax`` (0 for zero groups).
+    Starts from the min/max grid, then tries ``nstep + 1`` grid densities, each solved
+    for the weighted least-squares scale and offset; keeps the smallest weighted error
+    (absolute with ``use_mad``, squared otherwise). C reuses its ``min`` variable, so an
+    accepted step moves the offset the later grids start from. ``flat_if_equal``: qkx2's
+    ``max == min`` test (qkx3 has ``max <= min``). ``the_min`` is C's ``*the_min``.
     """
-    signed_max = first_abs_max(x)
-    zero = np.abs(signed_max) < GROUP_MAX_EPS
-    w = x * x
-    with np.errstate(all="ignore"):
-        levels = nearest_clipped((F32(-nmax) / signed_max) * x, -nmax, nmax - 1)
-        terms = (w * x) * levels
-        sumlx = seq_sum(terms)
-        suml2 = seq_sum((w * levels) * levels)
-        # A level changes only where the other positions' sum ``slx`` is > 0. When no
-        # term w*x*l is positive, every partial sum is <= 0 (rounding a sum of
-        # non-positive numbers keeps it non-positive and at least as large in magnitude
-        # as any term), so the group never moves: that is every group whose largest
-        # magnitude is positive, as its first guess has levels of the opposite sign.
-        movable = np.flatnonzero((terms > 0).any(axis=0))
-        _refine_levels(x, w, levels, sumlx, suml2, nmax, symmetric=True, active=movable)
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
-    out = (levels + F32(nmax)).astype(np.uint8)
-    out[:, zero] = 0
-    scale[zero] = 0
-    return scale, out
+    n, lanes = x.shape
+    fnmax = f32(nmax)
+    lo = np.empty(lanes, np.float32)
+    hi = np.empty(lanes, np.float32)
+    sum_w = np.empty(lanes, np.float32)
+    sum_x = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        v = x[0, g]
+        lo[g] = v
+        hi[g] = v
+        sum_w[g] = w[0, g]
+        sum_x[g] = w[0, g] * v
+    for i in range(1, n):
+        for g in range(lanes):
+            v = x[i, g]
+            lo[g] = pick(v < lo[g], v, lo[g])
+            hi[g] = pick(v > hi[g], v, hi[g])
+            sum_w[g] += w[i, g]
+            sum_x[g] += w[i, g] * v
+    offset = np.empty(lanes, np.float32)  # C's ``min`` as the search moves it
+    best_iscale = np.empty(lanes, np.float32)
+    best_shift = np.empty(lanes, np.float32)
+    best_error = np.zeros(lanes, np.float32)
+    step_scale = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        lo[g] = pick(lo[g] > _ZERO, _ZERO, lo[g])
+        offset[g] = lo[g]
+        iscale = fnmax / (hi[g] - lo[g])
+        best_iscale[g] = iscale
+        best_shift[g] = lo[g]
+        step_scale[g] = _ONE / iscale
+    for i in range(n):
+        for g in range(lanes):
+            level = nearest_f(best_iscale[g] * (x[i, g] - lo[g]))
+            level = pick(level > fnmax, fnmax, level)
+            level = pick(level < _ZERO, _ZERO, level)
+            diff = (step_scale[g] * level + lo[g]) - x[i, g]
+            diff = pick(use_mad, np.abs(diff), diff * diff)
+            best_error[g] += w[i, g] * diff
+    for g in range(lanes):
+        scale[g] = step_scale[g]
+    trial = np.empty(lanes, np.float32)
+    sum_l = np.empty(lanes, np.float32)
+    sum_l2 = np.empty(lanes, np.float32)
+    sum_xl = np.empty(lanes, np.float32)
+    this_min = np.empty(lanes, np.float32)
+    error = np.empty(lanes, np.float32)
+    aux = np.empty((n, lanes), np.float32)
+    for step in range(nstep + 1):
+        stretch = rmin + rdelta * f32(step) + fnmax
+        for g in range(lanes):
+            trial[g] = stretch / (hi[g] - offset[g])
+            sum_l[g] = _ZERO
+            sum_l2[g] = _ZERO
+            sum_xl[g] = _ZERO
+            error[g] = _ZERO
+        for i in range(n):
+            for g in range(lanes):
+                level = nearest_f(trial[g] * (x[i, g] - offset[g]))
+                level = pick(level > fnmax, fnmax, level)
+                level = pick(level < _ZERO, _ZERO, level)
+                aux[i, g] = level
+                wl = w[i, g] * level
+                sum_l[g] += wl
+                sum_l2[g] += wl * level
+                sum_xl[g] += wl * x[i, g]
+        for g in range(lanes):
+            det = sum_w[g] * sum_l2[g] - sum_l[g] * sum_l[g]
+            s = (sum_w[g] * sum_xl[g] - sum_x[g] * sum_l[g]) / det
+            m = (sum_l2[g] * sum_x[g] - sum_l[g] * sum_xl[g]) / det
+            positive = m > _ZERO
+            step_scale[g] = pick(positive, sum_xl[g] / sum_l2[g], s)
+            this_min[g] = pick(positive, _ZERO, m)
+            sum_l[g] = det  # kept for the acceptance test below
+        for i in range(n):
+            for g in range(lanes):
+                diff = (step_scale[g] * aux[i, g] + this_min[g]) - x[i, g]
+                diff = pick(use_mad, np.abs(diff), diff * diff)
+                error[g] += w[i, g] * diff
+        for g in range(lanes):
+            better = (sum_l[g] > _ZERO) & (error[g] < best_error[g])
+            best_error[g] = pick(better, error[g], best_error[g])
+            scale[g] = pick(better, step_scale[g], scale[g])
+            best_iscale[g] = pick(better, trial[g], best_iscale[g])
+            best_shift[g] = pick(better, offset[g], best_shift[g])
+            offset[g] = pick(better, this_min[g], offset[g])
+    for g in range(lanes):
+        flat = pick(flat_if_equal, hi[g] == lo[g], hi[g] <= lo[g])
+        scale[g] = pick(flat, _ZERO, scale[g])
+        the_min[g] = -pick(flat, lo[g], offset[g])
+        best_iscale[g] = pick(flat, _ZERO, best_iscale[g])
+        best_shift[g] = pick(flat, _ONE, best_shift[g])  # levels of a flat group are 0 below
+    for i in range(n):
+        for g in range(lanes):
+            level = nearest_f(best_iscale[g] * (x[i, g] - best_shift[g]))
+            level = pick(level > fnmax, fnmax, level)
+            level = pick(level < _ZERO, _ZERO, level)
+            levels[i, g] = np.uint8(np.int32(level))
+    for g in range(lanes):
+        flat = pick(flat_if_equal, hi[g] == lo[g], hi[g] <= lo[g])
+        if flat:
+            for i in range(n):
+                levels[i, g] = np.uint8(0)
 
 
-@_at_least_two_groups
-def qkx_quants(x: np.ndarray, weights: np.ndarray, nmax: int, rmin: float, rdelta: float,
-               nstep: int, use_mad: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``make_qkx2_quants`` / ``make_qkx3_quants`` (with weights): asymmetric ``x ≈ s*L - m``.
-
-    Starts from the min/max grid, then tries ``nstep + 1`` grid densities; for each it
-    solves the weighted least-squares scale and offset and keeps the one with the
-    smallest weighted error (absolute with ``use_mad``, squared otherwise). C reuses its
-    ``min`` variable, so once a step is accepted the later grids start from the new
-    offset: the steps are sequential per group, vectorized across groups.
-
-    This is the hot loop of the k-quants, so it works in preallocated buffers.
-
-    Returns:
-        ``(scale[groups], the_min[groups], L[n, groups] uint8)``; ``the_min`` is C's
-        ``*the_min`` (the negated offset, ``-0.0`` included).
-    """
-    lo, hi = seq_min_max(x)
-    lo = np.where(lo > 0, F32(0), lo)
-    flat = ~(hi > lo)  # C: max == min (qkx2) / max <= min (qkx3); the same once min <= 0
-    sum_w = seq_sum_from_first(weights)
-    sum_x = seq_sum_from_first(weights * x)
-    x_bound = np.maximum(np.abs(lo), np.abs(hi))
-    shifted = x - lo
-    trial = np.empty_like(x)
-    products = np.empty_like(x)
-    diff = np.empty_like(x)
-
-    def add_up(terms: np.ndarray) -> np.ndarray:
-        # seq_sum without its checks: ``terms`` is a C-contiguous scratch buffer.
-        total = np.add.reduce(terms, axis=0)
-        total += F32(0)
-        return total
-
-    def error_of(scale: np.ndarray, offset: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        np.multiply(levels, scale, out=diff)
-        np.add(diff, offset, out=diff)
-        np.subtract(diff, x, out=diff)
-        if use_mad:
-            np.abs(diff, out=diff)
-        else:
-            np.multiply(diff, diff, out=diff)
-        np.multiply(diff, weights, out=diff)
-        return add_up(diff)
-
-    with np.errstate(all="ignore"):
-        span = hi - lo
-        offset = lo
-        iscale = F32(nmax) / span
-        scale = F32(1) / iscale
-        best_iscale, best_shift = iscale, lo
-        best = error_of(scale, lo, _levels(x, iscale, lo, nmax))
-
-        # |iscale*(x - offset)| <= |iscale| * reach_per_span; recomputed when an offset moves.
-        def reach(offset: np.ndarray, span: np.ndarray) -> np.ndarray:
-            # Flat groups (span 0) are overwritten at the end; keep them out of the guard.
-            return np.max(np.where(flat, F32(0), (x_bound + np.abs(offset)) / np.abs(span)), initial=F32(0))
-
-        reach_per_span = reach(offset, span)
-        moved = moved_ever = False
-        for step in range(nstep + 1):
-            if moved:
-                span = hi - offset
-                np.subtract(x, offset, out=shifted)
-                reach_per_span = reach(offset, span)
-            stretch = F32(rmin) + F32(rdelta) * F32(step)
-            iscale = (stretch + F32(nmax)) / span
-            np.multiply(shifted, iscale, out=trial)
-            # v = iscale*(x - offset) <= nmax + stretch while span > 0: no upper clip while
-            # stretch < 1/2; v >= 0 while every offset is still at or below its group's min.
-            clip_lo, clip_hi = False, bool(stretch >= F32(0.45))
-            if moved_ever:
-                clip_lo = bool((offset > lo).any())
-                clip_hi = clip_hi or bool((span <= 0).any())
-            levels_step = round_clip_inplace(
-                trial, 0, nmax, np.asarray(abs(stretch + F32(nmax)) * reach_per_span * F32(1.001)),
-                clip_lo=clip_lo, clip_hi=clip_hi)
-            np.multiply(weights, levels_step, out=products)
-            sum_l = add_up(products)
-            np.multiply(products, x, out=diff)
-            sum_xl = add_up(diff)
-            np.multiply(products, levels_step, out=products)
-            sum_l2 = add_up(products)
-            det = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
-            positive = this_min > 0
-            if positive.any():
-                this_min = zero_where(positive, this_min)
-                this_scale = select(positive, sum_xl / sum_l2, this_scale)
-            cur = error_of(this_scale, this_min, levels_step)
-            better = (det > 0) & (cur < best)
-            moved = bool(better.any())
-            if moved:
-                moved_ever = True
-                best = select(better, cur, best)
-                scale = select(better, this_scale, scale)
-                best_iscale = select(better, iscale, best_iscale)
-                best_shift = select(better, offset, best_shift)
-                offset = select(better, this_min, offset)
-        levels = _levels(x, best_iscale, best_shift, nmax)
-    out = levels.astype(np.uint8)
-    if flat.any():
-        out[:, flat] = 0
-        scale = np.where(flat, F32(0), scale)
-        offset = np.where(flat, lo, offset)
-    return scale, -offset, out
-
-
-def _levels(x: np.ndarray, iscale: np.ndarray, shift: np.ndarray, nmax: int) -> np.ndarray:
-    """``MAX(0, MIN(nmax, nearest_int(iscale*(x - shift))))`` as float32."""
-    return nearest_clipped(iscale * (x - shift), 0, nmax)
-
-
-def qp_quants(x: np.ndarray, nmax: int, quant_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@helper
+def qp_quants(x, w, nmax, scale, levels):
     """``make_qp_quants(n, nmax, x, L, quant_weights)``: non-negative levels ``0..nmax``.
 
-    Used to quantize a super-block's sub-block scales and mins: eight trial scales, then
-    :func:`_refine_levels`. C stores ``L`` as ``uint8_t``, so levels are kept modulo 256
-    exactly as C reads them back.
-
-    Returns:
-        ``(scale[groups], L[n, groups] uint8)``.
+    Quantizes a super-block's sub-block scales (or mins): nine trial scales, then the
+    coordinate descent. C stores ``L`` as ``uint8_t``, so levels wrap modulo 256 exactly
+    as C reads them back, while its sums use the unwrapped ints.
     """
-    top = np.maximum(x.max(axis=0), F32(0))
-    zero = top < GROUP_MAX_EPS
-    w = quant_weights
-    with np.errstate(all="ignore"):
-        iscale = F32(nmax) / top
-        stored = (nearest_int(iscale * x) & 0xFF).astype(F32)
-        diff = x - (F32(1) / iscale) * stored
-        best = seq_sum((w * diff) * diff)
-        for step in range(-4, 5):
-            if step == 0:
-                continue
-            iscale_is = (_TENTH * F32(step) + F32(nmax)) / top
-            trial = np.minimum(nearest_int(iscale_is * x), nmax).astype(F32)
-            diff = x - (F32(1) / iscale_is) * trial
-            mse = seq_sum((w * diff) * diff)
-            better = mse < best
-            best = np.where(better, mse, best)
-            iscale = np.where(better, iscale_is, iscale)
-        ints = np.minimum(nearest_int(iscale * x), nmax).astype(F32)
-        sumlx = seq_sum((w * x) * ints)
-        suml2 = seq_sum((w * ints) * ints)
-        levels = (ints.astype(np.int32) & 0xFF).astype(F32)
-        _refine_levels(x, w, levels, sumlx, suml2, nmax, symmetric=False)
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
-    out = levels.astype(np.uint8)
-    out[:, zero] = 0
-    scale[zero] = 0
-    return scale, out
+    n, lanes = x.shape
+    fnmax = f32(nmax)
+    top = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        top[g] = _ZERO
+    for i in range(n):
+        for g in range(lanes):
+            top[g] = pick(top[g] > x[i, g], top[g], x[i, g])  # MAX(max, x[i])
+    iscale = np.empty(lanes, np.float32)
+    best = np.zeros(lanes, np.float32)
+    for g in range(lanes):
+        iscale[g] = fnmax / top[g]
+    for i in range(n):
+        for g in range(lanes):
+            stored = f32(nearest_int(iscale[g] * x[i, g]) & 0xFF)
+            diff = x[i, g] - (_ONE / iscale[g]) * stored
+            best[g] += (w[i, g] * diff) * diff
+    trial = np.empty(lanes, np.float32)
+    mse = np.empty(lanes, np.float32)
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        stretch = _TENTH * f32(step) + fnmax
+        for g in range(lanes):
+            trial[g] = stretch / top[g]
+            mse[g] = _ZERO
+        for i in range(n):
+            for g in range(lanes):
+                level = nearest_f(trial[g] * x[i, g])
+                level = pick(level > fnmax, fnmax, level)
+                diff = x[i, g] - (_ONE / trial[g]) * level
+                mse[g] += (w[i, g] * diff) * diff
+        for g in range(lanes):
+            better = mse[g] < best[g]
+            best[g] = pick(better, mse[g], best[g])
+            iscale[g] = pick(better, trial[g], iscale[g])
+    sumlx = np.zeros(lanes, np.float32)
+    suml2 = np.zeros(lanes, np.float32)
+    cur = np.empty((n, lanes), np.float32)  # L[i] as C reads it back (modulo 256)
+    for i in range(n):
+        for g in range(lanes):
+            level = nearest_f(iscale[g] * x[i, g])
+            level = pick(level > fnmax, fnmax, level)
+            cur[i, g] = f32(np.int32(level) & 0xFF)
+            wl = w[i, g] * level
+            sumlx[g] += (w[i, g] * x[i, g]) * level
+            suml2[g] += wl * level
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            for g in range(lanes):
+                li = cur[i, g]
+                wx = w[i, g] * x[i, g]
+                slx = sumlx[g] - wx * li
+                sl2 = suml2[g] - (w[i, g] * li) * li
+                new_l = nearest_f((x[i, g] * sl2) / slx)
+                new_l = pick(new_l > fnmax, fnmax, new_l)
+                slx_new = slx + wx * new_l
+                sl2_new = sl2 + (w[i, g] * new_l) * new_l
+                accept = ((slx > _ZERO) & (sl2 > _ZERO) & (new_l != li)
+                          & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
+                cur[i, g] = pick(accept, f32(np.int32(new_l) & 0xFF), li)
+                sumlx[g] = pick(accept, slx_new, sumlx[g])
+                suml2[g] = pick(accept, sl2_new, suml2[g])
+                changed += accept
+        if changed == 0:
+            break
+    for g in range(lanes):
+        zero = top[g] < GROUP_MAX_EPS
+        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
+        scale[g] = pick(zero, _ZERO, s)
+    for i in range(n):
+        for g in range(lanes):
+            levels[i, g] = pick(top[g] < GROUP_MAX_EPS, np.uint8(0), np.uint8(np.int32(cur[i, g])))

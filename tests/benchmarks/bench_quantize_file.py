@@ -110,9 +110,13 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     from tests.quantize.model_files import describe_differences, write_dequantized_f16
     from tests.benchmarks.timing import best_time, fresh_disk
 
+    from quantize.blocks import compile_kernels
+
     src = workdir / "SmolLM2-F16.gguf"
     if not src.exists():
         write_dequantized_f16(fetch_smollm2(cached_models_dir()), src)
+    # Outside the timings: the first use after an install compiles the kernels (see bench_blocks).
+    print(f"kernels ready in {compile_kernels():.1f} s (compiled, or loaded from the app's cache)")
     print(f"\n== Speed: SmolLM2-135M F16 ({src.stat().st_size / 1e6:.0f} MB), {threads} threads, "
           f"ratio = our seconds / llama.cpp seconds (lower is better)")
     print(f"{'type':8s} {'ours s':>8s} {'llama s':>8s} {'ratio':>6s}  identical")

@@ -1,0 +1,357 @@
+"""numba set-up for the block kernels: the compile options, the disk cache, C's float32 steps.
+
+Why numba: ggml-quants.c is scalar float32 C. Reproducing its bytes with numpy meant
+~15 full-array passes per search candidate; compiled, each candidate is one pass that
+keeps values in registers, and because our kernels work positions-major ("lanes": one
+sub-block per SIMD lane, see :mod:`quantize.blocks.searches`) LLVM puts 8 groups in one
+AVX2 register while every lane performs exactly C's scalar operations in C's order.
+
+Exactness rules every kernel follows (checked by ``tests/quantize/test_blocks_bitexact.py``
+against libggml, and the IR by ``test_kernels_compute_in_float32_without_fma``):
+
+* ``fastmath=False``: no reassociation and no ``contract`` flag, so LLVM never fuses
+  ``a*b + c`` into an FMA (ggml-base is built for the x86-64 baseline: no FMA either);
+* every value is float32: constants are ``np.float32`` module globals and integers are
+  converted with ``f32(...)`` where C converts them (numba would widen a float32 mixed
+  with a Python float or an int64 to float64);
+* ``error_model="numpy"``: division by zero gives C's inf/NaN instead of an exception;
+* :func:`nearest_int` is C's ``fval + 12582912.f`` bit trick in 32-bit integers (an LLVM
+  intrinsic, so it vectorizes and matches C even for NaN and out-of-range values).
+
+The disk cache: numba's own locators need the ``.py`` file beside the module, which a
+frozen (PyInstaller) app does not have, and they would write into the package folder.
+:class:`_AppCacheLocator` puts every compiled kernel in ``<app cache>/numba`` (or
+``NUMBA_CACHE_DIR`` when the user set it) and keys freshness on the sources of this
+package (or the frozen executable), so editing a helper here recompiles the kernels
+that inline it. Kernels compile lazily, on a type's first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import caching
+from numba.extending import intrinsic
+
+F32 = np.float32
+MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it leaves round-half-even(v) in the low bits
+GROUP_MAX_EPS = F32(1e-15)  # ggml's threshold below which a group counts as all zero
+F32_MAX = F32(np.finfo(np.float32).max)
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE = __name__.rsplit(".", 1)[0]  # "quantize.blocks"
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept: ``NUMBA_CACHE_DIR`` if set, else ``<app cache>/numba``."""
+    chosen = os.environ.get("NUMBA_CACHE_DIR", "").strip()
+    if chosen:
+        return Path(chosen)
+    from app.core.paths import app_paths
+
+    return app_paths().cache / "numba"
+
+
+def _sources_stamp() -> str:
+    """Freshness of every kernel: a hash of this package's sources, or of the frozen app."""
+    digest = hashlib.sha256()
+    files = sorted(_PACKAGE_DIR.glob("*.py"))
+    if getattr(sys, "frozen", False) or not files:
+        exe = Path(sys.executable)
+        stat = exe.stat()
+        digest.update(f"{exe}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class _AppCacheLocator(caching._CacheLocator):
+    """numba cache locator for this package's kernels: the app's cache folder, any install."""
+
+    _stamp: Optional[str] = None
+
+    def __init__(self, py_func, folder: Path) -> None:
+        self._lineno = py_func.__code__.co_firstlineno
+        self._path = str(folder / py_func.__module__)
+
+    def get_cache_path(self) -> str:
+        return self._path
+
+    def get_source_stamp(self) -> str:
+        if _AppCacheLocator._stamp is None:
+            _AppCacheLocator._stamp = _sources_stamp()
+        return _AppCacheLocator._stamp
+
+    def get_disambiguator(self) -> str:
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not getattr(py_func, "__module__", "").startswith(_PACKAGE):
+            return None
+        try:
+            self = cls(py_func, cache_dir())
+            self.ensure_cache_path()
+        except OSError:
+            return None  # an unwritable cache: the next locator (or no caching) takes over
+        return self
+
+
+if _AppCacheLocator not in caching.CacheImpl._locator_classes:
+    caching.CacheImpl._locator_classes.insert(0, _AppCacheLocator)
+
+
+def _can_cache() -> bool:
+    """Whether the cache folder is usable; without it the kernels compile in every process."""
+    try:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.access(folder, os.W_OK)
+    except OSError:
+        return False
+
+
+_CACHE = _can_cache()
+
+
+def kernel(fn: Callable) -> Callable:
+    """Compile ``fn`` lazily with the exactness options above, cached on disk, GIL released."""
+    return njit(cache=_CACHE, nogil=True, fastmath=False, error_model="numpy", boundscheck=False)(fn)
+
+
+def streaming_kernel(fn: Callable) -> Callable:
+    """:func:`kernel` for a kernel that allocates nothing (one pass per block): compiled
+    without numba's reference counting, which otherwise adds atomic increments and
+    decrements around every inlined per-block step (measured: as costly as the step)."""
+    return njit(cache=_CACHE, nogil=True, fastmath=False, error_model="numpy", boundscheck=False,
+                _nrt=False)(fn)
+
+
+def helper(fn: Callable) -> Callable:
+    """A function the kernels call: compiled once per signature, linked into (and inlined
+    by LLVM into) each kernel. numba-level ``inline="always"`` would re-type the big
+    searches inside every caller and made first-use compiles several times slower."""
+    return njit(cache=False, nogil=True, fastmath=False, error_model="numpy", boundscheck=False)(fn)
+
+
+def inline(fn: Callable) -> Callable:
+    """A small per-value or per-block step, inlined by numba into its caller: a call per
+    block (arrays passed as a dozen scalars, a tuple returned) cost 3x the step itself."""
+    return njit(cache=False, nogil=True, fastmath=False, error_model="numpy", boundscheck=False,
+                inline="always")(fn)
+
+
+# Constants passed to a compiled helper are typed as literals, and numba compiles the helper
+# once per distinct literal: a search used by eight kernels was compiled eight times.
+# Wrapped as ``Int(3)`` / ``Flag(True)`` they are plain runtime values, so each helper is
+# compiled once for all its callers (the values are loop-invariant: no speed is lost).
+Int = np.int64
+Flag = np.bool_
+
+
+# ---- C's bit-level float32 steps as LLVM intrinsics --------------------------------------
+
+@intrinsic
+def f32_bits(typingctx, value):
+    """``memcpy(&i, &f, 4)``: the int32 bit pattern of a float32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, bits):
+    """The float32 whose bit pattern is the low 32 bits of ``bits``."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        low = builder.trunc(args[0], ir.IntType(32)) if bits.bitwidth > 32 else args[0]
+        return builder.bitcast(low, ir.FloatType())
+    return types.float32(bits), codegen
+
+
+def _emit_nearest_int(builder, value):
+    """LLVM IR of ``nearest_int``: ``(bits(v + 12582912.f) & 0x7fffff) - 0x400000`` in i32."""
+    i32 = ir.IntType(32)
+    bits = builder.bitcast(builder.fadd(value, ir.Constant(ir.FloatType(), 12582912.0)), i32)
+    return builder.sub(builder.and_(bits, ir.Constant(i32, 0x007FFFFF)), ir.Constant(i32, 0x00400000))
+
+
+def _emit_order_flip(builder, bits):
+    """LLVM IR of the involution between float32 bits and :func:`order_key`: flip the
+    magnitude bits of negative values (``bits ^ ((bits >> 31) & 0x7fffffff)``)."""
+    i32 = ir.IntType(32)
+    negative = builder.ashr(bits, ir.Constant(i32, 31))
+    return builder.xor(bits, builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+
+
+@intrinsic
+def nearest_int(typingctx, value):
+    """C's ``nearest_int``: ``(bits(f + 12582912.f) & 0x7fffff) - 0x400000`` as int32.
+
+    All in 32-bit integers (numba would widen ``&`` and ``-`` to int64, which AVX2 cannot
+    convert back to float in a vector), and bit-exact for NaN and huge values too.
+    """
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _emit_nearest_int(builder, args[0])
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def nearest_f(typingctx, value):
+    """``(float) nearest_int(value)``: the level as the float32 C's sums convert it to."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.sitofp(_emit_nearest_int(builder, args[0]), ir.FloatType())
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def c_trunc_i32(typingctx, value):
+    """C's float -> int conversion on x86 (``cvttss2si``): truncate; NaN or out of range -> INT_MIN.
+
+    LLVM's ``fptosi`` is undefined out of range, so the value is clamped first and the
+    x86 answer selected for the out-of-range lanes.
+    """
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        v = args[0]
+        inside = builder.and_(builder.fcmp_ordered(">=", v, ir.Constant(f32, -2147483648.0)),
+                              builder.fcmp_ordered("<", v, ir.Constant(f32, 2147483648.0)))
+        safe = builder.select(inside, v, ir.Constant(f32, 0.0))
+        return builder.select(inside, builder.fptosi(safe, i32), ir.Constant(i32, -2147483648))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def pick(typingctx, condition, if_true, if_false):
+    """``if_true if condition else if_false`` as one LLVM ``select``: no branch, so lanes
+    vectorize and numba types and lowers one block instead of a diamond per choice
+    (first-use compile time)."""
+    if not isinstance(condition, types.Boolean) or if_true != if_false:
+        return None
+
+    def codegen(context, builder, signature, args):
+        flag = context.cast(builder, args[0], signature.args[0], types.boolean)
+        return builder.select(builder.trunc(flag, ir.IntType(1)) if flag.type != ir.IntType(1) else flag,
+                              args[1], args[2])
+    return if_true(condition, if_true, if_false), codegen
+
+
+@intrinsic
+def order_key(typingctx, value):
+    """An int32 that orders like the float32 ``value`` (-0.0 just below +0.0; NaNs beyond
+    the infinities). Integer min/max reductions vectorize without fast-math; float ones
+    do not, and numba would widen the bit operations to int64 (half the lanes)."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _emit_order_flip(builder, builder.bitcast(args[0], ir.IntType(32)))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def key_value(typingctx, key):
+    """The float32 of an :func:`order_key`."""
+    if key != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(_emit_order_flip(builder, args[0]), ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def magnitude_key(typingctx, value):
+    """``fabsf(value)`` as an int32 that orders like it; NaN -> 0, so that it never wins."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        bits = builder.and_(builder.bitcast(args[0], i32), ir.Constant(i32, 0x7FFFFFFF))
+        nan = builder.icmp_signed(">", bits, ir.Constant(i32, 0x7F800000))
+        return builder.select(nan, ir.Constant(i32, 0), bits)
+    return types.int32(types.float32), codegen
+
+
+# ---- small helpers -----------------------------------------------------------------------
+
+@inline
+def f32(value):
+    """An int (or float) as C converts it to float."""
+    return np.float32(value)
+
+
+@inline
+def fp32_to_fp16(f):
+    """``GGML_FP32_TO_FP16`` (ggml's portable routine, as built into ggml-base): the fp16 bits.
+
+    Round to nearest even, overflow to inf, NaN -> sign | 0x7E00.
+    """
+    base = (np.abs(f) * F32(5.192296858534828e+33)) * F32(7.703719777548943e-34)  # 2**112, 2**-110
+    w = np.int64(f32_bits(f)) & 0xFFFFFFFF
+    shl1_w = (w + w) & 0xFFFFFFFF
+    sign = w & 0x80000000
+    bias = shl1_w & 0xFF000000
+    if bias < 0x71000000:
+        bias = 0x71000000
+    base = bits_f32((bias >> 1) + 0x07800000) + base
+    bits = np.int64(f32_bits(base)) & 0xFFFFFFFF
+    exp_bits = (bits >> 13) & 0x00007C00
+    mantissa_bits = bits & 0x00000FFF
+    nonsign = exp_bits + mantissa_bits
+    if shl1_w > 0xFF000000:
+        nonsign = 0x7E00
+    return np.uint16((sign >> 16) | nonsign)
+
+
+@inline
+def fp16_to_fp32(h):
+    """``GGML_FP16_TO_FP32`` of fp16 bits (exact)."""
+    w = (np.int64(h) << 16) & 0xFFFFFFFF
+    sign = w & 0x80000000
+    two_w = (w + w) & 0xFFFFFFFF
+    normalized = bits_f32((two_w >> 4) + (0xE0 << 23)) * F32(1.925929944387236e-34)  # 2**-112
+    denormalized = bits_f32((two_w >> 17) | (126 << 23)) - F32(0.5)
+    if two_w < (1 << 27):
+        magnitude = np.int64(f32_bits(denormalized)) & 0xFFFFFFFF
+    else:
+        magnitude = np.int64(f32_bits(normalized)) & 0xFFFFFFFF
+    return bits_f32(sign | magnitude)
+
+
+@inline
+def put_fp16(out, row, at, value):
+    """Store ``GGML_FP32_TO_FP16(value)`` little-endian at ``out[row, at:at+2]``; return the bits."""
+    h = fp32_to_fp16(value)
+    out[row, at] = np.uint8(h & 0xFF)
+    out[row, at + 1] = np.uint8(h >> 8)
+    return h
+
+
+@inline
+def c_int8(value):
+    """``(int8_t) value`` of a float: C truncates to int32, then keeps the low byte."""
+    return np.int8(c_trunc_i32(value))
