@@ -246,30 +246,51 @@ def test_smollm2_every_file_type_matches_llama_model_quantize(smollm2_f16, smoll
     assert q4km["blk.0.ffn_down.weight"] == T.Q6_K and q4km["blk.0.attn_q.weight"] == T.Q5_0
 
 
-GENERATE = r"""
+AGREEMENT = r"""
 import json, sys
 import llama_cpp
-out = {}
-for path in sys.argv[1:]:
-    llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=2, verbose=False, seed=0)
-    r = llm.create_chat_completion(messages=[{"role": "user", "content": "What is the capital of France?"}],
-                                   max_tokens=8, temperature=0.0)
-    out[path] = r["choices"][0]["message"]["content"]
+import numpy as np
+# A chat turn read teacher-forced: at each position, the token each model ranks first.
+TEXT = ("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+        "The capital of France is Paris. It is known for the Eiffel Tower and the Louvre museum.")
+def top_tokens(path):
+    llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=2, verbose=False, logits_all=True)
+    tokens = llm.tokenize(TEXT.encode(), add_bos=False, special=True)
+    llm.eval(tokens)
+    top = np.asarray(llm.scores[:len(tokens)]).argmax(axis=1)
+    reply = llm.create_chat_completion(
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=8, temperature=0.0)["choices"][0]["message"]["content"]
     del llm
+    return top, reply
+reference, _ = top_tokens(sys.argv[1])
+out = {}
+for path in sys.argv[2:]:
+    top, reply = top_tokens(path)
+    out[path] = [float((top == reference).mean()), reply]
 print(json.dumps(out))
 """
 
 
 @pytest.mark.smollm2
 @pytest.mark.slow
-def test_smollm2_quantized_files_load_and_generate(smollm2_quantized):
+def test_smollm2_quantized_files_load_and_generate(smollm2_f16, smollm2_quantized):
+    """Our quantized files load in llama.cpp, write text, and rank tokens as the F16 does.
+
+    Not "the greedy answer says Paris": a 135M model's greedy reply flips with the CPU
+    kernels llama.cpp was built with (the source Q4_1 itself answers otherwise on a
+    machine without AVX-512), while the per-position top token of a teacher-forced turn
+    is a stable measure of how much the quantization changed the model.
+    """
     paths = [str(smollm2_quantized[n]) for n in ("Q8_0", "Q4_K_M", "Q3_K_S")]
-    result = subprocess.run([sys.executable, "-c", GENERATE, *paths], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", AGREEMENT, str(smollm2_f16), *paths],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    texts = json.loads(result.stdout.strip().splitlines()[-1])
-    assert all(t.strip() for t in texts.values()), texts
-    assert "Paris" in texts[paths[0]], texts
-    assert np.mean([len(t) for t in texts.values()]) > 3
+    agreement = json.loads(result.stdout.strip().splitlines()[-1])
+    assert all(reply.strip() for _, reply in agreement.values()), agreement
+    assert agreement[paths[0]][0] >= 0.9, agreement   # Q8_0: measured 1.0
+    assert agreement[paths[1]][0] >= 0.7, agreement   # Q4_K_M
+    assert agreement[paths[2]][0] >= 0.5, agreement   # Q3_K_S
 
 
 def test_outputs_get_the_permissions_a_normal_file_gets(tiny_models, tmp_path):
