@@ -184,8 +184,8 @@ class SchemaIndex:
             kinds = [kinds] if isinstance(kinds, str) else kinds
             if not isinstance(kinds, list) or not all(isinstance(k, str) and k in TYPES for k in kinds):
                 raise fail("type", f"'type' must be one of {', '.join(TYPES)} or a list of them")
-            if len(set(kinds)) != len(kinds):
-                raise fail("type", "'type' lists a type twice")
+            if not kinds or len(set(kinds)) != len(kinds):
+                raise fail("type", "'type' must list each type once, and at least one")
         if "enum" in schema and not isinstance(schema["enum"], list):
             raise fail("enum", "'enum' must be a list of values")
         if "required" in schema:
