@@ -20,7 +20,9 @@ use them, so the parser refuses them with a sentence.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Optional, Sequence, Union
 
 from app.core.errors import QuantDeskError
@@ -90,6 +92,17 @@ class GbnfSyntaxError(QuantDeskError):
                          GBNF_HELP)
 
 
+_SPACE = re.compile(r"(?:[ \t]|#[^\r\n]*)*")
+_SPACE_NEWLINE = re.compile(r"(?:[ \t\r\n]|#[^\r\n]*)*")
+_NAME = re.compile(r"[a-zA-Z0-9-]*")
+_PLAIN = re.compile(r'[^"\\]*')
+
+
+@lru_cache(maxsize=4096)
+def _single(code: int) -> CharSet:
+    return CharSet(((code, code),))
+
+
 def _is_word_char(c: str) -> bool:
     return c.isascii() and (c.isalnum() or c == "-")
 
@@ -133,20 +146,11 @@ class _Parser:
         return self.text[i] if i < len(self.text) else ""
 
     def skip_space(self, newline_ok: bool) -> None:
-        while self.pos < len(self.text):
-            c = self.text[self.pos]
-            if c == "#":
-                while self.pos < len(self.text) and self.text[self.pos] not in "\r\n":
-                    self.pos += 1
-            elif c in " \t" or (newline_ok and c in "\r\n"):
-                self.pos += 1
-            else:
-                break
+        self.pos = (_SPACE_NEWLINE if newline_ok else _SPACE).match(self.text, self.pos).end()
 
     def name(self) -> str:
         start = self.pos
-        while _is_word_char(self.peek()):
-            self.pos += 1
+        self.pos = _NAME.match(self.text, self.pos).end()
         if self.pos == start:
             shown = self.peek() or "the end of the text"
             raise self.fail(f"a rule name (letters, digits, '-') was expected, not {shown!r}")
@@ -197,8 +201,13 @@ class _Parser:
                 while self.peek() != '"':
                     if not self.peek():
                         raise self.fail("the quoted literal that starts here is never closed", start)
+                    plain = _PLAIN.match(self.text, self.pos).end()
+                    if plain > self.pos:
+                        items.extend(_single(ord(c)) for c in self.text[self.pos:plain])
+                        self.pos = plain
+                        continue
                     code = self.char()
-                    items.append(CharSet(((code, code),)))
+                    items.append(_single(code))
                 self.pos += 1
             elif c == "[":
                 self.pos += 1
@@ -358,11 +367,17 @@ def _nullable_rules(grammar: Grammar) -> set[str]:
     return nullable
 
 
-def _llama_left_recursion(grammar: Grammar) -> Optional[str]:
+def _llama_left_recursion(grammar: Grammar, written_empty_only: bool = True) -> Optional[str]:
     """llama.cpp's own check (``llama_grammar_detect_left_recursion``): a rule that reaches
     itself through leftmost references, where a reference is passed over only if its rule
-    has a *written* empty alternative. Returns the first such rule in definition order."""
-    may_be_empty = {name: any(not alt for alt in alts) for name, alts in grammar.rules.items()}
+    has a *written* empty alternative. Returns the first such rule in definition order.
+    With ``written_empty_only=False``, rules that match nothing only indirectly are passed
+    over too (any leftmost loop at all)."""
+    if written_empty_only:
+        may_be_empty = {name: any(not alt for alt in alts) for name, alts in grammar.rules.items()}
+    else:
+        may_be_empty = dict.fromkeys(grammar.rules, False)
+        may_be_empty.update(dict.fromkeys(_nullable_rules(grammar), True))
     done: set[str] = set()
     in_progress: set[str] = set()
 
@@ -396,6 +411,8 @@ def _growing_left_recursion(grammar: Grammar) -> Optional[str]:
     it grows the stack forever, so llama.cpp would hang (its own check, above, misses loops
     through rules that are empty only indirectly). Loops in tail position are harmless:
     llama.cpp drops finished frames, and its seen-set stops them."""
+    if _llama_left_recursion(grammar, written_empty_only=False) is None:
+        return None  # no leftmost loop at all (the usual case): nothing can grow
     nullable = _nullable_rules(grammar)
     edges: dict[str, list[tuple[str, bool]]] = {name: [] for name in grammar.rules}
     for name, alts in grammar.rules.items():

@@ -43,9 +43,21 @@ PRIMITIVE_DEPENDENCIES = {"string": ["char"], "number": ["integer", "fraction"],
 FORMATS = ("date", "time", "date-time", "uuid", "email")
 
 
+def _plain_numbers(value: Any) -> Any:
+    """Integral floats as integers (``4.0`` → ``4``, ``-0.0`` → ``0``): the same JSON
+    number, written the way the grammar writes integers everywhere else."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_plain_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_numbers(v) for k, v in value.items()}
+    return value
+
+
 def literal(value: Any) -> str:
-    """A GBNF literal for the compact JSON text of ``value``."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """A GBNF literal for the compact JSON text of ``value`` (integral numbers unpointed)."""
+    text = json.dumps(_plain_numbers(value), separators=(",", ":"), ensure_ascii=False)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
