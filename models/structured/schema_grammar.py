@@ -12,12 +12,19 @@ generation short and never makes a result invalid: properties come in the schema
 order, extra properties only where ``additionalProperties`` allows them, integers have
 at most 16 digits unless bounded, fractions at most 15 digits.
 
-Supported: ``type`` (one or a list), ``properties``/``required``/``additionalProperties``,
-``enum``, ``const``, ``anyOf``/``oneOf`` (oneOf when the branches are disjoint),
-``allOf`` (merged), local ``$ref`` into ``$defs``/``definitions`` (recursion too),
-``items``/``minItems``/``maxItems``, ``minLength``/``maxLength``, ``pattern`` (see
-:mod:`.regex_grammar`), ``format`` date/time/date-time/uuid/email, integer bounds (exact,
-see :mod:`.numeric_ranges`) and whole-number bounds on numbers.
+Supported: ``type`` (one or a list; a schema without one allows every type, each with
+its own keywords), ``properties``/``required``/``additionalProperties`` (an object
+without declared properties is free-form; one with properties but no
+``additionalProperties`` is closed, a restriction reported in ``restrictions``),
+``enum``, ``const``, ``anyOf``/``oneOf`` (oneOf when the branches are disjoint), ``false``
+subschemas where they can be left out, ``allOf`` (merged), local ``$ref`` (JSON pointers
+and anchors, recursion too), ``items``/``minItems``/``maxItems``,
+``minLength``/``maxLength``, ``pattern`` (see :mod:`.regex_grammar`), ``format``
+date/time/date-time/uuid/email, integer bounds (exact, see :mod:`.numeric_ranges`) and
+whole-number bounds on numbers. The schema is checked first (:mod:`.schema_check`): a
+malformed or refused schema is a :class:`~.schema_check.SchemaError`. Keywords the
+validator checks after generating are reported as such; the table in README.md lists
+every keyword. The same schema always gives the same grammar text (no set order).
 """
 
 from __future__ import annotations
