@@ -133,6 +133,7 @@ def test_cli_chat_with_a_schema_file(smollm2_gguf, tmp_path):
     line = next(l for l in result.stdout.splitlines() if "{" in l)
     assert validation_errors(json.loads(line[line.index("{"):]), PERSON) == []
     assert ", valid]" in result.stderr
+    assert "Note: at /, only the properties the schema lists will be generated" in result.stderr
     schema_file.write_text("{not json")
     result = subprocess.run(command + ["--schema", str(schema_file)], input="", capture_output=True,
                             text=True, timeout=300, cwd=REPO_ROOT)
