@@ -53,6 +53,7 @@ HANDLED = {"type", "properties", "required", "additionalProperties", "enum", "co
            "oneOf", "allOf", "$ref", "items", "minItems", "maxItems", "minLength", "maxLength",
            "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+MAX_COUNT = 1000  # lengths and item counts the grammar enforces (llama.cpp: < 2000 copies)
 
 @dataclass(frozen=True)
 class UnsupportedFeature:
@@ -224,6 +225,8 @@ class _Converter:
         if "const" in schema:
             return self.rule(hint, literal(schema["const"]))
         if "enum" in schema:
+            if not schema["enum"]:
+                raise SchemaError(pointer + "/enum", "'enum' lists no values, so no value can match")
             return self.rule(hint, " | ".join(literal(v) for v in schema["enum"]))
         types = schema.get("type")
         if types is None:
@@ -355,7 +358,7 @@ class _Converter:
 
     def visit_array(self, schema: dict, pointer: str, hint: str) -> str:
         items = schema.get("items", {})
-        low = int(schema.get("minItems", 0))
+        low, high = self.counts(schema, "Items", pointer)
         if self.deref(items, pointer + "/items") is False and "prefixItems" not in schema:
             if low > 0:
                 raise SchemaError(pointer + "/items", "'items' is 'false' but 'minItems' asks for "
@@ -363,10 +366,6 @@ class _Converter:
             return self.rule(hint, '"[" "]"')
         item = self.visit(items if self.deref(items, pointer) is not False else {}, pointer + "/items",
                           f"{hint}-item")
-        high = schema.get("maxItems")
-        if high is not None and int(high) < low:
-            self.report(pointer + "/maxItems", "maxItems is below minItems, so no array fits.")
-            high = low
         if low == 0:
             more = "*" if high is None else f"{{0,{int(high) - 1}}}"
             body = '"[" "]"' if high == 0 else f'"[" ({item} ("," {item}){more})? "]"'
@@ -401,7 +400,7 @@ class _Converter:
                     if key in schema:
                         self.report(f"{pointer}/{key}", f"'{key}' together with 'pattern' is not supported.")
                 return self.rule(hint, f'"\\"" {body} "\\""')
-        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        low, high = self.counts(schema, "Length", pointer)
         if low == 0 and high is None:
             return self.primitive("string")
         count = f"{{{low},}}" if high is None else f"{{{low},{int(high)}}}"
@@ -442,9 +441,30 @@ class _Converter:
             return self.primitive("integer")
         return self.rule(hint, integer_range(lo, hi))
 
+    def counts(self, schema: dict, keyword: str, pointer: str) -> tuple[int, Optional[int]]:
+        """min/max{keyword} as repetition counts llama.cpp can take (it refuses 2000 or
+        more copies); larger or contradictory counts are reported, the grammar made wider,
+        and the validator checks them."""
+        low, high = int(schema.get("min" + keyword, 0)), schema.get("max" + keyword)
+        high = None if high is None else int(high)
+        if high is not None and high < low:
+            self.report(f"{pointer}/max{keyword}", f"'max{keyword}' is below 'min{keyword}', so "
+                                                   "nothing of this type fits.")
+            high = None
+        if low >= MAX_COUNT or (high is not None and high >= MAX_COUNT):
+            self.report(f"{pointer}/{'min' if low >= MAX_COUNT else 'max'}{keyword}",
+                        f"counts of {MAX_COUNT} or more are checked after generating, not "
+                        "enforced by the grammar.")
+            low = min(low, MAX_COUNT - 1)
+            high = None if high is None or high >= MAX_COUNT else high
+        return low, high
+
     def visit_number(self, schema: dict, pointer: str, hint: str) -> str:
         bounds = self.bounds(schema, pointer, whole=False)
         if bounds is None or bounds == (None, None):
+            return self.primitive("number")
+        if None not in bounds and bounds[0] > bounds[1]:
+            self.report(pointer, "the number bounds leave no value.")
             return self.primitive("number")
         return self.rule(hint, number_range(*bounds, self.primitive("fraction")))
 

@@ -347,3 +347,18 @@ def test_email_and_time_formats_in_the_grammar_pass_the_validator():
 def test_supported_schemas_still_convert_without_reports():
     for name, (_, schema) in SUPPORTED.items():
         assert schema_to_grammar(schema).unsupported == [], name
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "minLength": 5, "maxLength": 2}, {"type": "string", "minLength": 3000},
+    {"type": "array", "maxItems": 5000}, {"type": "array", "minItems": 2500, "maxItems": 2600},
+    {"type": "number", "minimum": 5, "maximum": 1}, {"type": "integer", "minimum": 5, "maximum": 1}])
+def test_contradictory_or_huge_counts_are_reported_and_the_grammar_still_parses(schema):
+    converted = schema_to_grammar(schema)
+    assert converted.unsupported
+    parse_gbnf(converted.gbnf)  # llama.cpp refuses 2000+ copies; the grammar stays below
+
+
+def test_an_empty_enum_is_refused():
+    with pytest.raises(QuantDeskError, match="lists no values"):
+        constraint_for_schema({"enum": []}, allow_unsupported=True)
