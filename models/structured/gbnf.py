@@ -6,12 +6,18 @@ rejects in ``llama_sampler_accept`` throws across the C API, which aborts the pr
 QuantDesk parses every grammar itself first, following llama.cpp's syntax rules exactly
 (rule names are ``[a-zA-Z0-9-]+``, ``#`` comments, newlines end a rule except inside
 parentheses, the escapes ``\\x \\u \\U \\t \\r \\n \\\\ \\" \\[ \\] \\-``, ``.``, ``* + ?
-{m} {m,} {m,n}``), and turns errors into sentences a user can act on.
+{m} {m,} {m,n}``), and turns errors into sentences a user can act on. It reads every
+grammar *as* llama.cpp does, not just with its syntax: what a repetition repeats, the
+repetition limits, duplicate rules and left recursion follow ``llama_grammar_parser``
+(see :class:`_Parser`), because fast-forward trusts our matcher to agree with llama.cpp's
+sampler token by token. tests/models/test_structured_gbnf_llama.py checks that on 1,000
+generated grammars against llama.cpp itself.
 
 The parsed grammar also drives :class:`GrammarMatcher`, a character-level pushdown
 recogniser built like llama.cpp's: a set of *stacks*, each a tuple of frames
-``(alternative id, position)``; a stack whose top is a character set is *ready*, an
-empty stack has completed the root rule. Guided fast-forward asks it which characters
+``(alternative id, position of the next element)``, finished frames dropped as llama.cpp
+drops them; a stack whose top is a character set is *ready*, an empty stack has
+completed the root rule. Guided fast-forward asks it which characters
 are the only possible continuation (see :mod:`models.structured.fast_forward`).
 
 Token references (``<[123]>``, ``<think>``) need a vocabulary; QuantDesk grammars do not
