@@ -79,6 +79,8 @@ def test_validator_verdicts_equal_jsonschema_on_the_generated_corpus(corpus):
         _keywords(schema, keywords)
         if ours != expected:
             disagreements.append((schema, value, expected))
+    print(f"validator vs jsonschema: {len(corpus)} pairs, {len(disagreements)} disagreements, "
+          f"verdicts {dict(verdicts)}")
     assert len(corpus) == PAIRS
     assert disagreements == []
     assert verdicts[True] > 0.2 * PAIRS and verdicts[False] > 0.2 * PAIRS, verdicts
@@ -145,6 +147,7 @@ def test_no_invalid_value_passes_both_grammar_and_validator(corpus):
         if matcher.can_end:
             passed_grammar += 1
             assert validation_errors(value, schema) != [], (schema, value)
+    print(f"invalid values: {checked}, passing the grammar: {passed_grammar}, passing both: 0")
     assert checked > 0.4 * PAIRS and passed_grammar > 0, (checked, passed_grammar)
 
 
@@ -174,6 +177,7 @@ def test_grammar_allows_valid_values_of_fully_enforced_schemas(corpus):
         accepted += ok
         if not ok:
             failures.append((schema, value))
+    print(f"valid values of fully enforced schemas: {tried}, allowed by the grammar: {accepted}")
     assert tried > 500
     assert failures == []
 
@@ -218,6 +222,7 @@ def test_fuzzed_schemas_raise_nothing_but_sentences():
                 message = str(exc)
                 assert message.endswith(".") and len(message.split()) > 5, message
                 outcomes[step, "sentence"] += 1
+    print(f"fuzzed schemas: {FUZZ}, outcomes {dict(outcomes)}")
     assert sum(outcomes.values()) == 2 * FUZZ
     assert outcomes["constraint", "ok"] > 0.1 * FUZZ and outcomes["constraint", "sentence"] > 0.1 * FUZZ
 
