@@ -85,6 +85,10 @@ def test_unsupported_schema_and_bad_grammar_are_refused_before_generating(smollm
         smollm2_engine.chat(ASK, schema_options(speculative="prompt_lookup"))
     with pytest.raises(QuantDeskError, match="response format"):
         smollm2_engine.chat(ASK, ChatOptions(response_format="xml"))
+    # What neither the grammar nor the validator could honour is refused even "anyway".
+    with pytest.raises(QuantDeskError, match="cannot be used: at /\\$ref"):
+        smollm2_engine.chat(ASK, schema_options({"$ref": "https://example.com/s.json"},
+                                                allow_unsupported=True))
     assert smollm2_engine.pid == pid  # nothing reached (or upset) the engine
     # Generating anyway is the user's choice; the reply is still judged by the whole schema.
     anyway = smollm2_engine.chat(ASK, schema_options(schema, allow_unsupported=True)).wait()
