@@ -19,9 +19,11 @@ from models.structured.fast_forward import ConstrainedGenerator, GenerationStats
 from models.structured.gbnf import GbnfSyntaxError, GrammarMatcher, parse_gbnf
 from models.structured.schema_grammar import (SchemaGrammar, UnsupportedFeature, any_json_grammar,
                                               schema_to_grammar)
-from models.structured.validate import validate, validation_errors
+from models.structured.schema_check import SchemaError, check_schema
+from models.structured.validate import json_equal, validate, validation_errors
 
 __all__ = ["OutputConstraint", "constraint_for_any_json", "constraint_for_gbnf",
            "constraint_for_schema", "ConstrainedGenerator", "GenerationStats",
            "GbnfSyntaxError", "GrammarMatcher", "parse_gbnf", "SchemaGrammar", "UnsupportedFeature",
-           "any_json_grammar", "schema_to_grammar", "validate", "validation_errors"]
+           "any_json_grammar", "schema_to_grammar", "validate", "validation_errors", "SchemaError",
+           "check_schema", "json_equal"]

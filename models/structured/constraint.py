@@ -38,12 +38,15 @@ class OutputConstraint:
         schema: The JSON Schema for ``schema``; ``None`` otherwise.
         unsupported: Schema features the grammar does not enforce (only when the user
             allowed them); validation still checks them.
+        restrictions: Where the grammar is narrower than the schema in a way the user
+            may notice (properties not listed are never generated); shown, never refused.
     """
 
     kind: str
     gbnf: str
     schema: Optional[Any] = None
     unsupported: tuple[UnsupportedFeature, ...] = ()
+    restrictions: tuple[UnsupportedFeature, ...] = ()
 
     def check(self, text: str) -> Any:
         """Validate a finished reply: the parsed JSON, or the text itself for ``gbnf``.
@@ -64,8 +67,9 @@ def constraint_for_schema(schema: Any, allow_unsupported: bool = False) -> Outpu
         allow_unsupported: Generate even though some features are not enforced.
 
     Raises:
-        QuantDeskError: the schema is not an object, or uses unsupported features and
-            ``allow_unsupported`` is false.
+        QuantDeskError: the schema is not an object or is malformed, uses a feature that is
+            refused outright (:mod:`.schema_check`), or uses features the grammar does not
+            enforce and ``allow_unsupported`` is false.
     """
     if not isinstance(schema, (dict, bool)):
         raise QuantDeskError("The JSON schema must be a JSON object.",
@@ -73,7 +77,8 @@ def constraint_for_schema(schema: Any, allow_unsupported: bool = False) -> Outpu
     converted = schema_to_grammar(schema)
     if not allow_unsupported:
         converted.require_supported()
-    return OutputConstraint("schema", converted.gbnf, schema, tuple(converted.unsupported))
+    return OutputConstraint("schema", converted.gbnf, schema, tuple(converted.unsupported),
+                            tuple(converted.restrictions))
 
 
 def constraint_for_any_json() -> OutputConstraint:

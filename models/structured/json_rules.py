@@ -3,8 +3,10 @@
 Rule names are llama.cpp's ``[a-zA-Z0-9-]+``. Strings allow JSON's escapes; numbers cap
 the whole part at 16 digits and fractions at 15 (as llama.cpp's converter caps integers),
 so a small model cannot loop in a number. The formats are RFC 3339 ``date``/``time``/
-``date-time`` (day 31 in any month: the validator rejects impossible dates), lowercase
-``uuid``, and a simple ``email`` (local@domain.tld).
+``date-time`` (years 0001-9999, day 31 in any month: the validator rejects impossible
+dates; no leap seconds, uppercase ``T``/``Z``), lowercase ``uuid``, and an ``email``
+subset of RFC 5321 (dot-separated atoms of letters, digits, ``_+-``; a domain of at least
+two LDH labels; the validator checks the lengths).
 """
 
 from __future__ import annotations
@@ -25,23 +27,37 @@ PRIMITIVES = {
     "object": r'"{" (string ":" value ("," string ":" value)*)? "}"',
     "array": r'"[" (value ("," value)*)? "]"',
     "two-digits": r"[0-9] [0-9]",
-    "date": r'[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])',
+    "date": r'([1-9] [0-9]{3} | "0" ([1-9] [0-9]{2} | "0" ([1-9] [0-9] | "0" [1-9]))) "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])',
     "time": r'([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? '
             r'("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])',
     "date-time": r'date "T" time',
     "uuid": r'[0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}',
-    "email": r'[a-zA-Z0-9._+-]+ "@" [a-zA-Z0-9-]+ ("." [a-zA-Z0-9-]+)+',
+    "email-atom": r'[a-zA-Z0-9_+-]+',
+    "email-label": r'[a-zA-Z0-9] ([a-zA-Z0-9-]* [a-zA-Z0-9])?',
+    "email": r'email-atom ("." email-atom)* "@" email-label ("." email-label)+',
 }
 PRIMITIVE_DEPENDENCIES = {"string": ["char"], "number": ["integer", "fraction"],
                           "value": ["object", "array", "string", "number", "boolean", "null"],
                           "object": ["string", "value"], "array": ["value"],
-                          "date-time": ["date", "time"]}
+                          "date-time": ["date", "time"], "email": ["email-atom", "email-label"]}
 FORMATS = ("date", "time", "date-time", "uuid", "email")
 
 
+def _plain_numbers(value: Any) -> Any:
+    """Integral floats as integers (``4.0`` → ``4``, ``-0.0`` → ``0``): the same JSON
+    number, written the way the grammar writes integers everywhere else."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_plain_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_numbers(v) for k, v in value.items()}
+    return value
+
+
 def literal(value: Any) -> str:
-    """A GBNF literal for the compact JSON text of ``value``."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """A GBNF literal for the compact JSON text of ``value`` (integral numbers unpointed)."""
+    text = json.dumps(_plain_numbers(value), separators=(",", ":"), ensure_ascii=False)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 

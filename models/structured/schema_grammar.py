@@ -12,12 +12,19 @@ generation short and never makes a result invalid: properties come in the schema
 order, extra properties only where ``additionalProperties`` allows them, integers have
 at most 16 digits unless bounded, fractions at most 15 digits.
 
-Supported: ``type`` (one or a list), ``properties``/``required``/``additionalProperties``,
-``enum``, ``const``, ``anyOf``/``oneOf`` (oneOf when the branches are disjoint),
-``allOf`` (merged), local ``$ref`` into ``$defs``/``definitions`` (recursion too),
-``items``/``minItems``/``maxItems``, ``minLength``/``maxLength``, ``pattern`` (see
-:mod:`.regex_grammar`), ``format`` date/time/date-time/uuid/email, integer bounds (exact,
-see :mod:`.numeric_ranges`) and whole-number bounds on numbers.
+Supported: ``type`` (one or a list; a schema without one allows every type, each with
+its own keywords), ``properties``/``required``/``additionalProperties`` (an object
+without declared properties is free-form; one with properties but no
+``additionalProperties`` is closed, a restriction reported in ``restrictions``),
+``enum``, ``const``, ``anyOf``/``oneOf`` (oneOf when the branches are disjoint), ``false``
+subschemas where they can be left out, ``allOf`` (merged), local ``$ref`` (JSON pointers
+and anchors, recursion too), ``items``/``minItems``/``maxItems``,
+``minLength``/``maxLength``, ``pattern`` (see :mod:`.regex_grammar`), ``format``
+date/time/date-time/uuid/email, integer bounds (exact, see :mod:`.numeric_ranges`) and
+whole-number bounds on numbers. The schema is checked first (:mod:`.schema_check`): a
+malformed or refused schema is a :class:`~.schema_check.SchemaError`. Keywords the
+validator checks after generating are reported as such; the table in README.md lists
+every keyword. The same schema always gives the same grammar text (no set order).
 """
 
 from __future__ import annotations
@@ -31,14 +38,22 @@ from app.core.errors import QuantDeskError
 from models.structured.json_rules import (FORMATS, PRIMITIVE_DEPENDENCIES, PRIMITIVES, gbnf_char,
                                           literal, reachable)
 from models.structured.numeric_ranges import integer_range, number_range
+from models.structured.formats import CHECKED_FORMATS
 from models.structured.regex_grammar import UnsupportedPattern, pattern_to_gbnf
+from models.structured.schema_check import SchemaError, SchemaIndex, check_schema, escape_pointer
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-               "deprecated", "readOnly", "writeOnly", "$defs", "definitions"}
+               "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "$anchor",
+               "contentMediaType", "contentEncoding", "contentSchema"}
+# Keywords the grammar does not enforce but the validator checks after generating.
+CHECKED_AFTER = {"not", "if", "then", "else", "contains", "minContains", "maxContains",
+                 "prefixItems", "dependentRequired", "dependentSchemas", "propertyNames",
+                 "patternProperties", "multipleOf", "uniqueItems", "minProperties", "maxProperties"}
 HANDLED = {"type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
            "oneOf", "allOf", "$ref", "items", "minItems", "maxItems", "minLength", "maxLength",
            "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+MAX_COUNT = 1000  # lengths and item counts the grammar enforces (llama.cpp: < 2000 copies)
 
 @dataclass(frozen=True)
 class UnsupportedFeature:
@@ -59,6 +74,7 @@ class SchemaGrammar:
 
     gbnf: str
     unsupported: list[UnsupportedFeature] = field(default_factory=list)
+    restrictions: list[UnsupportedFeature] = field(default_factory=list)
 
     def require_supported(self) -> None:
         """Raise a :class:`QuantDeskError` listing every unsupported feature, if any."""
@@ -71,8 +87,7 @@ class SchemaGrammar:
                 "validation reject replies that break them.")
 
 
-def _escape_pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+_escape_pointer = escape_pointer
 
 
 def _is_whole(x: Any) -> bool:
@@ -80,15 +95,21 @@ def _is_whole(x: Any) -> bool:
 
 
 class _Converter:
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, index: SchemaIndex) -> None:
         self.root = root
+        self.index = index
         self.rules: dict[str, str] = {}
         self.unsupported: list[UnsupportedFeature] = []
-        self.ref_rules: dict[str, str] = {}
+        self.restrictions: list[UnsupportedFeature] = []
+        self.ref_rules: dict[int, str] = {}
 
     # -- bookkeeping -------------------------------------------------------------------
     def report(self, pointer: str, message: str) -> None:
         self.unsupported.append(UnsupportedFeature(pointer, message))
+
+    def restrict(self, pointer: str, message: str) -> None:
+        """A narrowing the user should know about (never makes a reply invalid)."""
+        self.restrictions.append(UnsupportedFeature(pointer, message))
 
     def primitive(self, name: str) -> str:
         if name not in self.rules:
@@ -109,22 +130,9 @@ class _Converter:
         return name
 
     # -- references and merging --------------------------------------------------------
-    def resolve(self, ref: str, pointer: str) -> Optional[Any]:
-        if not ref.startswith("#"):
-            self.report(pointer, f"the reference {ref!r} points outside this schema; only "
-                                 "local references (#/$defs/...) are supported.")
-            return None
-        node = self.root
-        for part in [p for p in ref[1:].split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                self.report(pointer, f"the reference {ref!r} does not point to anything in the schema.")
-                return None
-        return node
+    def resolve(self, ref: str, pointer: str) -> Any:
+        """The target of a reference (the schema check has proved it resolves)."""
+        return self.index.resolve(ref, pointer)
 
     def deref(self, schema: Any, pointer: str) -> Any:
         seen = set()
@@ -132,8 +140,6 @@ class _Converter:
             seen.add(schema["$ref"])
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
             target = self.resolve(schema["$ref"], pointer + "/$ref")
-            if target is None:
-                return {}
             schema = self.merge([target, siblings], pointer) if siblings else target
         return schema
 
@@ -145,8 +151,8 @@ class _Converter:
             if sub is True or sub == {}:
                 continue
             if not isinstance(sub, dict):
-                self.report(f"{pointer}/allOf/{i}", "a 'false' schema allows nothing.")
-                continue
+                raise SchemaError(f"{pointer}/allOf/{i}", "'allOf' includes a 'false' schema, so "
+                                                          "no value can match")
             for key, value in sub.items():
                 if key in ANNOTATIONS:
                     continue
@@ -156,6 +162,10 @@ class _Converter:
                 elif key not in merged:
                     merged[key] = value
                 elif key == "properties":
+                    if "additionalProperties" in merged or "additionalProperties" in sub:
+                        self.report(f"{pointer}/allOf/{i}/properties",
+                                    "'allOf' combines properties with 'additionalProperties' from "
+                                    "another branch, which the grammar cannot merge.")
                     props = dict(merged[key])
                     for name, prop in value.items():
                         props[name] = {"allOf": [props[name], prop]} if name in props else prop
@@ -184,25 +194,28 @@ class _Converter:
     def visit(self, schema: Any, pointer: str, hint: str) -> str:
         if schema is True or schema == {}:
             return self.primitive("value")
-        if not isinstance(schema, dict):
-            self.report(pointer, "a 'false' schema (or one that is not an object) allows nothing.")
-            return self.primitive("value")
+        if schema is False:
+            raise SchemaError(pointer, "the schema is 'false' here, so no value can match")
         if "$ref" in schema:
             ref = schema["$ref"]
             siblings = {k for k in schema if k != "$ref" and k not in ANNOTATIONS}
-            if not siblings and ref.startswith("#"):
-                if ref not in self.ref_rules:
+            if not siblings:
+                target = self.resolve(ref, pointer + "/$ref")
+                if id(target) not in self.ref_rules:
                     name = self.rule("ref-" + ref.rsplit("/", 1)[-1], "")
-                    self.ref_rules[ref] = name  # registered first, so recursion finds it
-                    target = self.resolve(ref, pointer + "/$ref")
-                    self.rules[name] = self.visit(target if target is not None else {},
-                                                  ref.lstrip("#") or "", name)
-                return self.ref_rules[ref]
+                    self.ref_rules[id(target)] = name  # registered first, so recursion finds it
+                    self.rules[name] = self.visit(target, pointer + "/$ref", name)
+                return self.ref_rules[id(target)]
             return self.visit(self.deref(schema, pointer), pointer, hint)
         for key in schema:
-            if key not in HANDLED and key not in ANNOTATIONS:
+            if key in CHECKED_AFTER:
                 self.report(f"{pointer}/{_escape_pointer(key)}",
-                            f"the keyword '{key}' is not supported, so it would not be enforced.")
+                            f"the grammar does not enforce '{key}'; replies are checked against "
+                            "it after generating.")
+            elif key not in HANDLED and key not in ANNOTATIONS:
+                self.report(f"{pointer}/{_escape_pointer(key)}",
+                            f"the keyword '{key}' is not one QuantDesk knows, so it would not be "
+                            "enforced (JSON Schema 2020-12 ignores unknown keywords).")
         if "allOf" in schema:
             rest = {k: v for k, v in schema.items() if k != "allOf"}
             return self.visit(self.merge(list(schema["allOf"]) + [rest], pointer), pointer, hint)
@@ -212,6 +225,8 @@ class _Converter:
         if "const" in schema:
             return self.rule(hint, literal(schema["const"]))
         if "enum" in schema:
+            if not schema["enum"]:
+                raise SchemaError(pointer + "/enum", "'enum' lists no values, so no value can match")
             return self.rule(hint, " | ".join(literal(v) for v in schema["enum"]))
         types = schema.get("type")
         if types is None:
@@ -226,20 +241,17 @@ class _Converter:
 
     @staticmethod
     def implied_types(schema: dict):
-        if "properties" in schema or "additionalProperties" in schema or "required" in schema:
-            return "object"
-        if "items" in schema or "minItems" in schema or "maxItems" in schema:
-            return "array"
-        if {"minLength", "maxLength", "pattern", "format"} & schema.keys():
-            return "string"
-        if {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & schema.keys():
-            return "number"
-        return list(TYPES[:4]) + ["boolean", "null"]
+        """A schema without ``type`` allows every type; its keywords constrain only their
+        own type (``{"minLength": 2}`` allows 5 and null too), so each type gets its
+        branch. ``number`` covers the integers."""
+        return ["object", "array", "string", "number", "boolean", "null"]
 
     def visit_alternatives(self, schema: dict, combiner: str, pointer: str, hint: str) -> str:
         rest = {k: v for k, v in schema.items() if k != combiner and k not in ANNOTATIONS}
         branches = []
         for i, branch in enumerate(schema[combiner]):
+            if self.deref(branch, f"{pointer}/{combiner}/{i}") is False:
+                continue  # a 'false' branch matches nothing: leaving it out is exact
             sub = self.merge([rest, branch], pointer) if rest else branch
             branches.append(self.visit(sub, f"{pointer}/{combiner}/{i}", f"{hint}-{i}"))
         if combiner == "oneOf" and not self.disjoint(schema[combiner], pointer):
@@ -247,6 +259,9 @@ class _Converter:
                                             "stop a reply from matching more than one; use "
                                             "'anyOf' or give the branches different types or "
                                             "const values.")
+        if not branches:
+            raise SchemaError(f"{pointer}/{combiner}", f"every '{combiner}' branch is 'false', so "
+                                                       "no value can match")
         return self.rule(hint, " | ".join(branches))
 
     def disjoint(self, branches: list, pointer: str) -> bool:
@@ -254,6 +269,8 @@ class _Converter:
         keys = []
         for branch in branches:
             branch = self.deref(branch, pointer)
+            if branch is False:
+                continue
             if not isinstance(branch, dict):
                 return False
             if "const" in branch:
@@ -281,14 +298,27 @@ class _Converter:
         return self.primitive("value")
 
     def visit_object(self, schema: dict, pointer: str, hint: str) -> str:
-        props = schema.get("properties", {})
-        required = set(schema.get("required", []))
-        for name in required - props.keys():
-            props = {**props, name: {}}
-        extra = schema.get("additionalProperties", False)
+        declared = schema.get("properties", {})
+        required = list(schema.get("required", []))
+        props = {**declared, **{name: {} for name in required if name not in declared}}
+        if "additionalProperties" in schema:
+            extra = schema["additionalProperties"]
+        elif declared:
+            extra = False
+            self.restrict(pointer or "/", "only the properties the schema lists will be generated "
+                                          "('additionalProperties' is not set, so others would be "
+                                          "allowed).")
+        else:
+            extra = True  # no declared properties: any object, as llama.cpp's converter does
         kv = []
         for name, sub in props.items():
-            value = self.visit(sub, f"{pointer}/properties/{_escape_pointer(name)}", f"{hint}-{name}")
+            at = f"{pointer}/properties/{_escape_pointer(name)}"
+            if self.deref(sub, at) is False:
+                if name in required:
+                    raise SchemaError(at, f"the property {name!r} is required but its schema is "
+                                          "'false', so no object can match")
+                continue  # a 'false' property may never appear: leaving it out is exact
+            value = self.visit(sub, at, f"{hint}-{name}")
             kv.append((name in required, f"{literal(name)} \":\" {value}"))
         tail = {True: '""', False: '""'}
         if extra is not False:
@@ -328,15 +358,14 @@ class _Converter:
 
     def visit_array(self, schema: dict, pointer: str, hint: str) -> str:
         items = schema.get("items", {})
-        if isinstance(items, list):
-            self.report(pointer + "/items", "tuple-style 'items' (a list of schemas) is not supported.")
-            items = {}
-        item = self.visit(items, pointer + "/items", f"{hint}-item")
-        low = int(schema.get("minItems", 0))
-        high = schema.get("maxItems")
-        if high is not None and int(high) < low:
-            self.report(pointer + "/maxItems", "maxItems is below minItems, so no array fits.")
-            high = low
+        low, high = self.counts(schema, "Items", pointer)
+        if self.deref(items, pointer + "/items") is False and "prefixItems" not in schema:
+            if low > 0:
+                raise SchemaError(pointer + "/items", "'items' is 'false' but 'minItems' asks for "
+                                                      "items, so no array can match")
+            return self.rule(hint, '"[" "]"')
+        item = self.visit(items if self.deref(items, pointer) is not False else {}, pointer + "/items",
+                          f"{hint}-item")
         if low == 0:
             more = "*" if high is None else f"{{0,{int(high) - 1}}}"
             body = '"[" "]"' if high == 0 else f'"[" ({item} ("," {item}){more})? "]"'
@@ -353,8 +382,13 @@ class _Converter:
                     if key in schema:
                         self.report(f"{pointer}/{key}", f"'{key}' together with 'format' is not supported.")
                 return self.rule(hint, f'"\\"" {self.primitive(fmt)} "\\""')
-            self.report(pointer + "/format", f"the string format {fmt!r} is not supported; "
-                                             f"supported are {', '.join(FORMATS)}.")
+            if fmt in CHECKED_FORMATS:
+                self.report(pointer + "/format", f"the grammar does not enforce the format {fmt!r}; "
+                                                 "replies are checked against it after generating.")
+            else:
+                self.report(pointer + "/format", f"the string format {fmt!r} is neither enforced nor "
+                                                 "checked (QuantDesk knows "
+                                                 f"{', '.join(CHECKED_FORMATS)}).")
         if "pattern" in schema:
             try:
                 body = pattern_to_gbnf(schema["pattern"])
@@ -366,7 +400,7 @@ class _Converter:
                     if key in schema:
                         self.report(f"{pointer}/{key}", f"'{key}' together with 'pattern' is not supported.")
                 return self.rule(hint, f'"\\"" {body} "\\""')
-        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+        low, high = self.counts(schema, "Length", pointer)
         if low == 0 and high is None:
             return self.primitive("string")
         count = f"{{{low},}}" if high is None else f"{{{low},{int(high)}}}"
@@ -407,9 +441,30 @@ class _Converter:
             return self.primitive("integer")
         return self.rule(hint, integer_range(lo, hi))
 
+    def counts(self, schema: dict, keyword: str, pointer: str) -> tuple[int, Optional[int]]:
+        """min/max{keyword} as repetition counts llama.cpp can take (it refuses 2000 or
+        more copies); larger or contradictory counts are reported, the grammar made wider,
+        and the validator checks them."""
+        low, high = int(schema.get("min" + keyword, 0)), schema.get("max" + keyword)
+        high = None if high is None else int(high)
+        if high is not None and high < low:
+            self.report(f"{pointer}/max{keyword}", f"'max{keyword}' is below 'min{keyword}', so "
+                                                   "nothing of this type fits.")
+            high = None
+        if low >= MAX_COUNT or (high is not None and high >= MAX_COUNT):
+            self.report(f"{pointer}/{'min' if low >= MAX_COUNT else 'max'}{keyword}",
+                        f"counts of {MAX_COUNT} or more are checked after generating, not "
+                        "enforced by the grammar.")
+            low = min(low, MAX_COUNT - 1)
+            high = None if high is None or high >= MAX_COUNT else high
+        return low, high
+
     def visit_number(self, schema: dict, pointer: str, hint: str) -> str:
         bounds = self.bounds(schema, pointer, whole=False)
         if bounds is None or bounds == (None, None):
+            return self.primitive("number")
+        if None not in bounds and bounds[0] > bounds[1]:
+            self.report(pointer, "the number bounds leave no value.")
             return self.primitive("number")
         return self.rule(hint, number_range(*bounds, self.primitive("fraction")))
 
@@ -423,7 +478,7 @@ def schema_to_grammar(schema: Any) -> SchemaGrammar:
     Returns:
         The grammar (rule ``root``) and the features it cannot enforce.
     """
-    converter = _Converter(schema)
+    converter = _Converter(schema, check_schema(schema))
     root = converter.visit(schema, "", "root")
     if root != "root":
         converter.rules = {"root": root, **converter.rules}
@@ -431,7 +486,7 @@ def schema_to_grammar(schema: Any) -> SchemaGrammar:
         converter.rules = {"root": converter.rules.pop("root"), **converter.rules}
     rules = reachable(converter.rules)
     gbnf = "\n".join(f"{name} ::= {body}" for name, body in rules.items()) + "\n"
-    return SchemaGrammar(gbnf, converter.unsupported)
+    return SchemaGrammar(gbnf, converter.unsupported, converter.restrictions)
 
 
 def any_json_grammar() -> str:

@@ -145,10 +145,41 @@ UNSUPPORTED = {
     "overlapping-oneof": ({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 3}]},
                           ["/oneOf"]),
     "fractional-bound": ({"type": "number", "minimum": 0.5}, ["/minimum"]),
-    "remote-ref": ({"$ref": "https://example.com/schema.json"}, ["/$ref"]),
     "min-properties": ({"type": "object", "minProperties": 2}, ["/minProperties"]),
     "prefix-items": ({"type": "array", "prefixItems": [{"type": "integer"}]}, ["/prefixItems"]),
     "nested-deep": ({"type": "object", "properties": {"a": {"type": "array", "items": {
         "type": "object", "properties": {"b": {"type": "number", "exclusiveMaximum": 1.5}}}}}},
         ["/properties/a/items/properties/b/exclusiveMaximum"]),
 }
+
+# Schemas refused outright, even with allow_unsupported (neither the grammar nor the
+# validator could honour them, or they are malformed): schema, the pointer in the sentence.
+REFUSED = {
+    "remote-ref": ({"$ref": "https://example.com/schema.json"}, "/$ref"),
+    "missing-anchor": ({"$ref": "#nowhere"}, "/$ref"),
+    "missing-pointer": ({"$ref": "#/$defs/absent"}, "/$ref"),
+    "dynamic-ref": ({"$dynamicRef": "#meta"}, "/$dynamicRef"),
+    "unevaluated": ({"type": "object", "unevaluatedProperties": False}, "/unevaluatedProperties"),
+    "ref-loop": ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
+                  "$ref": "#/$defs/a"}, "/$ref"),
+    "unicode-property-pattern": ({"type": "string", "pattern": "\\p{L}+"}, "/pattern"),
+    "bad-pattern-property": ({"patternProperties": {"(": {}}}, "/patternProperties/("),
+    "string-min-length": ({"type": "string", "minLength": "3"}, "/minLength"),
+    "negative-multiple": ({"type": "number", "multipleOf": -2}, "/multipleOf"),
+    "unknown-type": ({"type": "text"}, "/type"),
+    "nested-id": ({"properties": {"a": {"$id": "http://x/a", "type": "string"}}}, "/properties/a/$id"),
+    "false-root": (False, "/"),
+    "required-false": ({"type": "object", "properties": {"a": False}, "required": ["a"]},
+                       "/properties/a"),
+    "tuple-items": ({"type": "array", "items": [{"type": "integer"}]}, "/items"),
+}
+
+
+def _deep(levels: int) -> dict:
+    schema: dict = {}
+    for _ in range(levels):
+        schema = {"items": schema}
+    return schema
+
+
+REFUSED["deep"] = (_deep(100), None)

@@ -85,6 +85,10 @@ def test_unsupported_schema_and_bad_grammar_are_refused_before_generating(smollm
         smollm2_engine.chat(ASK, schema_options(speculative="prompt_lookup"))
     with pytest.raises(QuantDeskError, match="response format"):
         smollm2_engine.chat(ASK, ChatOptions(response_format="xml"))
+    # What neither the grammar nor the validator could honour is refused even "anyway".
+    with pytest.raises(QuantDeskError, match="cannot be used: at /\\$ref"):
+        smollm2_engine.chat(ASK, schema_options({"$ref": "https://example.com/s.json"},
+                                                allow_unsupported=True))
     assert smollm2_engine.pid == pid  # nothing reached (or upset) the engine
     # Generating anyway is the user's choice; the reply is still judged by the whole schema.
     anyway = smollm2_engine.chat(ASK, schema_options(schema, allow_unsupported=True)).wait()
@@ -133,6 +137,7 @@ def test_cli_chat_with_a_schema_file(smollm2_gguf, tmp_path):
     line = next(l for l in result.stdout.splitlines() if "{" in l)
     assert validation_errors(json.loads(line[line.index("{"):]), PERSON) == []
     assert ", valid]" in result.stderr
+    assert "Note: at /, only the properties the schema lists will be generated" in result.stderr
     schema_file.write_text("{not json")
     result = subprocess.run(command + ["--schema", str(schema_file)], input="", capture_output=True,
                             text=True, timeout=300, cwd=REPO_ROOT)
