@@ -69,7 +69,7 @@ class MessageBanner(QFrame):
 
     def text(self) -> str:
         """The sentence on show ("" when hidden)."""
-        return self.label.text() if self.isVisible() or not self.isHidden() else ""
+        return "" if self.isHidden() else self.label.text()
 
     def level(self) -> str:
         """``error``, ``warning`` or ``info``."""
