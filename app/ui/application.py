@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication
 
 from app import APP_NAME, __version__
 from app.core.preferences import Preferences
+from app.ui.garbage import collect_on_gui_thread
 from app.ui.theme import apply_theme
 from assets import icon_path
 
@@ -24,6 +25,7 @@ def create_application(argv: list[str] | None = None) -> QApplication:
     app.setOrganizationName(APP_NAME)
     app.setWindowIcon(QIcon(str(icon_path())))
     apply_theme(_theme_preference(), app)
+    collect_on_gui_thread(app)  # Qt objects must never be freed by a worker thread's GC
     return app  # type: ignore[return-value]
 
 

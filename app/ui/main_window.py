@@ -82,9 +82,6 @@ class MainWindow(QMainWindow):
         self.nav.setCurrentRow(0)
 
         self._drop_filter = FileDropFilter(self, self.open_path)
-        app = QApplication.instance()
-        if app is not None:
-            app.installEventFilter(self._drop_filter)
         if initial_path is not None:
             # After the event loop starts, so the window is on screen when the page opens it.
             QTimer.singleShot(0, lambda: self.open_path(Path(initial_path)))

@@ -14,10 +14,15 @@ def collect_windows_on_the_gui_thread(qtbot):
     it until a later event loop: windows piled up and made a later theme switch re-polish
     thousands of widgets (19 s). Left to the cyclic collector, wrappers would be freed by
     whichever thread allocates next — a quantize or Hub worker — and Qt widgets must not
-    die off the GUI thread (a segfault seen in these tests)."""
+    die off the GUI thread (a segfault seen in these tests). Between the two, the app's
+    own GUI-thread collector (:mod:`app.ui.garbage`) is what the window uses in real life."""
     import gc
 
     from PySide6.QtCore import QCoreApplication, QEvent
+
+    from app.ui.garbage import collect_on_gui_thread
+
+    collect_on_gui_thread(QCoreApplication.instance())
 
     def collect() -> None:
         QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)

@@ -5,7 +5,7 @@ tables, links, emphasis, lists); pygments highlights code fences (a well-kept le
 every language, rather than hand-written rules). A message is cut into *segments* —
 runs of Markdown and fenced code blocks — and each segment is appended at the end of
 the transcript's document, so streaming can append the segments that are finished and
-re-render only the unfinished tail (:func:`stable_length`).
+re-render only the unfinished tail (:class:`StableScanner`).
 
 Math (``$…$``, ``$$…$$``) is not typeset: it is kept verbatim in a monospace code span,
 so formulas stay readable and copyable instead of being mangled as emphasis.
@@ -77,27 +77,61 @@ def split_segments(text: str) -> list[Segment]:
     return segments
 
 
+class StableScanner:
+    """Finds how much of a reply being streamed is finished, reading each line once.
+
+    Finished means up to the end of the last closed code fence or of the last paragraph
+    followed by a blank line outside a fence; what follows is the unfinished tail, the
+    only part re-rendered as tokens arrive. :meth:`advance` resumes where the previous
+    call stopped (at the start of the line still being written), so a tick's work is
+    bounded by the new text, never by the whole reply.
+    """
+
+    def __init__(self) -> None:
+        self.stable = 0
+        self._position = 0  # where the first line not yet complete starts
+        self._fence: str | None = None
+
+    def advance(self, text: str) -> int:
+        """The finished length of ``text`` (the whole reply so far, which only grows)."""
+        while True:
+            end = text.find("\n", self._position)
+            if end < 0:
+                return self.stable
+            line = text[self._position:end + 1]
+            self._position = end + 1
+            match = _FENCE.match(line)
+            if self._fence is None:
+                if match:
+                    self._fence = match.group(1)
+                elif not line.strip():
+                    self.stable = self._position
+            elif _closes(line, self._fence):
+                self._fence = None
+                self.stable = self._position
+
+
 def stable_length(text: str) -> int:
-    """How much of a reply being streamed is finished: the end of its last closed code
-    fence or of its last paragraph followed by a blank line outside a fence. What
-    follows is the unfinished tail, the only part re-rendered as tokens arrive."""
-    stable = 0
-    position = 0
-    fence = None
-    for line in text.splitlines(keepends=True):
-        position += len(line)
-        if not line.endswith("\n"):
-            break  # a line still being written
-        match = _FENCE.match(line)
-        if fence is None:
-            if match:
-                fence = match.group(1)
-            elif not line.strip():
-                stable = position
-        elif _closes(line, fence):
-            fence = None
-            stable = position
-    return stable
+    """How much of ``text`` is finished (see :class:`StableScanner`)."""
+    return StableScanner().advance(text)
+
+
+def tail_growth(before: list[Segment], after: list[Segment]) -> str | None:
+    """The text to add at the end when the unfinished tail ``before`` (its segments, as
+    :meth:`DocumentWriter.append_tail` rendered them) became ``after`` by new text only
+    at the end of its last plain run; ``None`` when it must be rendered again."""
+    if not before or len(before) != len(after) or before[:-1] != after[:-1]:
+        return None
+    old, new = before[-1], after[-1]
+    if old.lang != new.lang or old.closed != new.closed or not _plain_in_tail(old) or not old.text:
+        return None  # also when nothing was shown for it (append_plain skips empty text)
+    shown, now = old.text.rstrip("\n"), new.text.rstrip("\n")
+    return now[len(shown):] if now.startswith(shown) else None
+
+
+def _plain_in_tail(segment: Segment) -> bool:
+    """Whether the tail shows ``segment`` as plain text (prose, or an unclosed fence)."""
+    return segment.lang is None or not segment.closed
 
 
 def _math_as_code(markdown: str) -> str:
@@ -219,11 +253,16 @@ class DocumentWriter:
         if not text:
             return
         self.new_block(cursor)
+        self.extend_plain(cursor, text.rstrip("\n"), monospace)
+
+    @staticmethod
+    def extend_plain(cursor: QTextCursor, text: str, monospace: bool = False) -> None:
+        """More unrendered text at ``cursor``, in the tail's format."""
         char_format = QTextCharFormat()
         if monospace:
             char_format.setFontFamilies(["monospace"])
             char_format.setFontStyleHint(QFont.StyleHint.Monospace)
-        cursor.insertText(text.rstrip("\n"), char_format)
+        cursor.insertText(text, char_format)
 
     def append(self, cursor: QTextCursor, text: str) -> None:
         """Render finished Markdown with its code blocks."""
@@ -233,13 +272,11 @@ class DocumentWriter:
             else:
                 self.append_code(cursor, segment)
 
-    def append_tail(self, cursor: QTextCursor, text: str) -> None:
-        """The unfinished tail: prose as plain text, an open code fence as monospace."""
-        for segment in split_segments(text):
-            if segment.lang is None:
-                self.append_plain(cursor, segment.text)
+    def append_tail(self, cursor: QTextCursor, segments: list[Segment]) -> None:
+        """The unfinished tail (its :func:`split_segments`): prose as plain text, an
+        open code fence as monospace, a closed one highlighted."""
+        for segment in segments:
+            if _plain_in_tail(segment):
+                self.append_plain(cursor, segment.text, monospace=segment.lang is not None)
             else:
-                self.append_code(cursor, segment) if segment.closed else \
-                    self.append_plain(cursor, segment.text, monospace=True)
-
-
+                self.append_code(cursor, segment)

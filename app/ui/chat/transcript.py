@@ -5,8 +5,9 @@ pass of appends, selection and Ctrl+F work across messages, and Qt lays out only
 blocks that change. Finished messages are rendered once (Markdown, highlighted code);
 the reply being streamed is appended in two parts — its finished segments, rendered
 when they close, and the unfinished tail after them, which alone is replaced as new text
-arrives (:func:`~app.ui.chat.markdown.stable_length`). Per tick the work is bounded by
-the tail, never by the whole reply.
+arrives (:class:`~app.ui.chat.markdown.StableScanner`); while the tail only grows at its
+end, the new text is just inserted (:func:`~app.ui.chat.markdown.tail_growth`). Per tick
+the work is bounded by the new text and, at most, the tail — never by the whole reply.
 
 Actions are links in the document (``qd:ACTION:SEQ``): copy, edit, regenerate, delete,
 and ‹ › between versions; :attr:`TranscriptView.action` carries them to the page.
@@ -24,7 +25,8 @@ from PySide6.QtGui import QGuiApplication, QPalette, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.ui.chat.facts import facts_line
-from app.ui.chat.markdown import CODE_ANCHOR, DocumentWriter, stable_length
+from app.ui.chat.markdown import (CODE_ANCHOR, DocumentWriter, Segment, StableScanner,
+                                  split_segments, tail_growth)
 
 SHOWN_AT_FIRST = 40  # messages rendered when a conversation opens; earlier ones on request
 ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
@@ -56,7 +58,8 @@ class TranscriptView(QTextBrowser):
         self._writer: Optional[DocumentWriter] = None
         self._reply_start = 0
         self._tail_start = 0
-        self._stable = 0
+        self._scanner = StableScanner()
+        self._tail: list[Segment] = []  # the tail's segments as shown
         self._streamed = ""
         self.document().setDocumentMargin(16)
 
@@ -193,26 +196,34 @@ class TranscriptView(QTextBrowser):
         self._reply_start = cursor.position()
         self._header(cursor, "assistant")
         self._tail_start = self.writer().cursor_at_end().position()
-        self._stable = 0
+        self._scanner = StableScanner()
+        self._tail = []
         self._streamed = ""
 
     def add_text(self, delta: str) -> None:
-        """Append streamed text: render what has closed, replace the unfinished tail."""
+        """Append streamed text: render what has closed, update the unfinished tail."""
         if not delta:
             return
         follow = self.at_bottom()
+        rendered = self._scanner.stable
         self._streamed += delta
+        stable = self._scanner.advance(self._streamed)
+        tail = split_segments(self._streamed[stable:])
+        growth = tail_growth(self._tail, tail) if stable == rendered else None
         writer = self.writer()
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(self._tail_start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        stable = stable_length(self._streamed)
-        if stable > self._stable:
-            writer.append(cursor, self._streamed[self._stable:stable])
-            self._stable = stable
-            self._tail_start = writer.cursor_at_end().position()
-        writer.append_tail(cursor, self._streamed[self._stable:])
+        if growth is not None:  # the common case: a few more characters of plain text
+            if growth:
+                writer.extend_plain(writer.cursor_at_end(), growth, monospace=tail[-1].lang is not None)
+        else:
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(self._tail_start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            if stable > rendered:
+                writer.append(cursor, self._streamed[rendered:stable])
+                self._tail_start = writer.cursor_at_end().position()
+            writer.append_tail(cursor, tail)
+        self._tail = tail
         if follow:
             self.scroll_to_bottom()
 

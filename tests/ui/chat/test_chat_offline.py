@@ -143,6 +143,41 @@ def test_streaming_rerenders_only_the_unfinished_tail():
     assert [(s.lang, s.closed) for s in segments] == [(None, True), ("js", True), (None, True), ("", False)]
 
 
+def test_streaming_fast_path_builds_the_same_document_as_rendering_the_tail_again(qtbot, monkeypatch):
+    """Inserting new text at the end of the tail (the fast path) must give exactly the
+    document that replacing the whole tail at every delta gives, however the text is cut."""
+    import random
+
+    import app.ui.chat.transcript as transcript
+
+    text = ("# Title\n\nA paragraph with **bold** and `code`\nthat goes on\n\n- item one\n- item two\n\n"
+            "```python\ndef f(x):\n    return x * 2\n\n\nprint(f(3))\n```\n"
+            "Then prose right after a fence, with $x^2$ math.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+            "~~~\nan open fence at the end\nstill open")
+
+    def stream(seed) -> TranscriptView:
+        rng = random.Random(seed)
+        view = TranscriptView()
+        qtbot.addWidget(view)
+        view.begin_reply()
+        i = 0
+        while i < len(text):
+            step = 1 if seed is None else rng.randint(1, 9)
+            view.add_text(text[i:i + step])
+            i += step
+        assert view.streamed_text == text
+        return view
+
+    for seed in (None, 7, 8):  # character by character, then random cuts
+        fast = stream(seed)
+        with monkeypatch.context() as patch:
+            patch.setattr(transcript, "tail_growth", lambda before, after: None)
+            slow = stream(seed)
+        assert fast.toPlainText() == slow.toPlainText()
+        assert fast.document().blockCount() == slow.document().blockCount()
+        assert fast.toHtml() == slow.toHtml()
+
+
 def test_auto_scroll_follows_only_while_at_the_bottom(qtbot):
     view = TranscriptView()
     qtbot.addWidget(view)

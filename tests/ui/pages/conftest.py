@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QWidget
 
 # The core's fake Hub fixture (HF_ENDPOINT pointed at a local server with a few repos).
 from tests.models.hub.conftest import GATED_TOKEN, hub  # noqa: F401 (fixture, and the token it accepts)
+from tests.ui.drag import drag_and_drop as _drag_and_drop
 
 
 @pytest.fixture
@@ -26,23 +25,9 @@ def window(qtbot):
 
 
 def drag_and_drop(widget: QWidget, path: Path) -> tuple[bool, bool]:
-    """Deliver a file manager's drag of ``path`` to ``widget``: enter, move, drop.
-
-    The drag offers the URL and, as real file managers do, the path as plain text.
-    Returns whether the enter and the move events were accepted.
-    """
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(path))])
-    mime.setText(QUrl.fromLocalFile(str(path)).toString())
-    point = QPointF(widget.rect().center())
-    buttons, mods = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
-    enter = QDragEnterEvent(point, Qt.DropAction.CopyAction, mime, buttons, mods)
-    QApplication.sendEvent(widget, enter)
-    move = QDragMoveEvent(point + QPointF(3, 2), Qt.DropAction.CopyAction, mime, buttons, mods)
-    QApplication.sendEvent(widget, move)
-    drop = QDropEvent(point, Qt.DropAction.CopyAction, mime, buttons, mods)
-    QApplication.sendEvent(widget, drop)
-    return enter.isAccepted(), move.isAccepted()
+    """Drag ``path`` over ``widget`` as a file manager does and drop it; whether the
+    enter and the move events were accepted."""
+    return _drag_and_drop(widget, path)[:2]
 
 
 @pytest.fixture(scope="session")
