@@ -31,10 +31,19 @@ def drag_and_drop(widget: QWidget, data: Path | QMimeData) -> tuple[bool, bool, 
     target = top.windowHandle()
     action = Qt.DropAction.CopyAction
     buttons, mods = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
-    enter = QDragEnterEvent(point, action, mime, buttons, mods)
+    enter = _event(QDragEnterEvent, point, action, mime, buttons, mods)
     QApplication.sendEvent(target, enter)
-    move = QDragMoveEvent(moved, action, mime, buttons, mods)
+    move = _event(QDragMoveEvent, moved, action, mime, buttons, mods)
     QApplication.sendEvent(target, move)
     drop = QDropEvent(QPointF(moved), action, mime, buttons, mods)
     QApplication.sendEvent(target, drop)
     return enter.isAccepted(), move.isAccepted(), drop.isAccepted()
+
+
+def _event(kind, point: QPoint, *args):
+    """A drag event at ``point``: Qt 6.12 takes a QPointF (its QPoint form is deprecated),
+    earlier versions only a QPoint."""
+    try:
+        return kind(QPointF(point), *args)
+    except TypeError:
+        return kind(point, *args)

@@ -2,7 +2,7 @@
 
 Both go through :func:`~app.ui.worker.start_job` (the one way the GUI runs core work).
 A reply's deltas are collected by the worker thread into a list; the page takes them
-with :meth:`ChatEngine.take_text` from a ~30 Hz timer, so the GUI never handles one
+with :meth:`ChatEngine.take_text` from a 20 Hz timer, so the GUI never handles one
 token at a time and the worker never waits for the GUI. The engine itself is a child
 process (:class:`~models.engine.EngineClient`): the GUI process does not load llama.cpp
 to generate, and a crash of the engine ends one reply, not the window.

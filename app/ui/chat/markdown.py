@@ -179,6 +179,16 @@ def warm_up() -> None:
         highlight_html("x = 1\n", lang, False)
 
 
+@lru_cache(maxsize=2)
+def _tail_format(monospace: bool) -> QTextCharFormat:
+    """The character format of the unfinished tail (made once: this runs every tick)."""
+    char_format = QTextCharFormat()
+    if monospace:
+        char_format.setFontFamilies(["monospace"])
+        char_format.setFontStyleHint(QFont.StyleHint.Monospace)
+    return char_format
+
+
 class DocumentWriter:
     """Appends rendered segments at the end of a QTextDocument.
 
@@ -258,11 +268,7 @@ class DocumentWriter:
     @staticmethod
     def extend_plain(cursor: QTextCursor, text: str, monospace: bool = False) -> None:
         """More unrendered text at ``cursor``, in the tail's format."""
-        char_format = QTextCharFormat()
-        if monospace:
-            char_format.setFontFamilies(["monospace"])
-            char_format.setFontStyleHint(QFont.StyleHint.Monospace)
-        cursor.insertText(text, char_format)
+        cursor.insertText(text, _tail_format(monospace))
 
     def append(self, cursor: QTextCursor, text: str) -> None:
         """Render finished Markdown with its code blocks."""

@@ -210,11 +210,13 @@ class TranscriptView(QTextBrowser):
         stable = self._scanner.advance(self._streamed)
         tail = split_segments(self._streamed[stable:])
         growth = tail_growth(self._tail, tail) if stable == rendered else None
-        writer = self.writer()
         if growth is not None:  # the common case: a few more characters of plain text
             if growth:
-                writer.extend_plain(writer.cursor_at_end(), growth, monospace=tail[-1].lang is not None)
+                cursor = QTextCursor(self.document())
+                cursor.movePosition(QTextCursor.MoveOperation.End)
+                DocumentWriter.extend_plain(cursor, growth, monospace=tail[-1].lang is not None)
         else:
+            writer = self.writer()
             cursor = QTextCursor(self.document())
             cursor.setPosition(self._tail_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
