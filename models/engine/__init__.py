@@ -63,9 +63,21 @@ Only ``client``, ``settings``, ``options``, ``gguf_info``, ``chat_template`` and
 are meant for the app's process; the others import llama_cpp and run in the engine.
 """
 
-from models.engine.client import ChatReply, EngineClient, EngineCrashed, LoadReport
-from models.engine.options import ChatOptions, ChatStats
-from models.engine.settings import LoadSettings
+from importlib import import_module
 
-__all__ = ["ChatOptions", "ChatReply", "ChatStats", "EngineClient", "EngineCrashed", "LoadReport",
-           "LoadSettings"]
+# Imported on first use (PEP 562): ``from models.engine.settings import LoadSettings`` runs
+# this file first, and the client's imports (gguf, numpy: ~0.27 s) must not land in the
+# window's launch just because a settings form was built.
+_EXPORTS = {"ChatReply": "client", "EngineClient": "client", "EngineCrashed": "client",
+            "LoadReport": "client", "ChatOptions": "options", "ChatStats": "options",
+            "LoadSettings": "settings"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, replace
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from app.core.errors import QuantDeskError
-from models.engine.gguf_info import GGUFModelInfo, read_model_info
+
+if TYPE_CHECKING:  # reading GGUF files imports gguf and numpy: only where a file is read
+    from models.engine.gguf_info import GGUFModelInfo
 
 # ggml_type values (ggml.h) of the KV-cache types we offer, and their block sizes.
 KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8, "q4_0": 2}
@@ -182,6 +184,8 @@ def validate_settings(
         if not isinstance(draft, (str, os.PathLike)) or not os.path.isfile(draft):
             raise QuantDeskError(f"The draft model {draft} is not a file.",
                                  "Choose a GGUF file of a small model of the same family, or none.")
+        from models.engine.gguf_info import read_model_info
+
         read_model_info(draft)  # a file that is not a GGUF model is refused with a sentence
         draft = os.path.abspath(draft)
     return replace(settings, gpu_layers=gpu_layers, main_gpu=main_gpu, threads=threads,

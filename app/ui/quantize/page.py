@@ -118,16 +118,14 @@ class QuantizePage(Page):
         self.pure_check.setAccessibleName("Pure")
         self.pure_check.toggled.connect(self._options_changed)
         form.addRow("", self.pure_check)
-        from quantize.ftypes import TENSOR_TYPES
-
         self.output_type_combo = QComboBox()
         self.output_type_combo.setAccessibleName("Output tensor type")
         self.embedding_type_combo = QComboBox()
         self.embedding_type_combo.setAccessibleName("Token embedding type")
         for combo in (self.output_type_combo, self.embedding_type_combo):
             combo.addItem(_SAME_AS_RECIPE)
-            combo.addItems(list(TENSOR_TYPES))
             combo.currentIndexChanged.connect(self._options_changed)
+        self._types_listed = False  # the tensor types are listed when the page is first shown
         form.addRow("Output tensor:", self.output_type_combo)
         form.addRow("Token embedding:", self.embedding_type_combo)
         self.folder_edit = QLineEdit()
@@ -190,6 +188,17 @@ class QuantizePage(Page):
         self._update_buttons()
 
     # ----------------------------------------------------------------- input
+    def on_shown(self) -> None:
+        """List the tensor types in the override boxes the first time the page shows:
+        ``quantize.ftypes`` imports gguf and numpy (~0.27 s), which the window's launch
+        should not wait for while the Chat page is the one on screen."""
+        if not self._types_listed:
+            from quantize.ftypes import TENSOR_TYPES
+
+            for combo in (self.output_type_combo, self.embedding_type_combo):
+                combo.addItems(list(TENSOR_TYPES))
+            self._types_listed = True
+
     def open_path(self, path: Path) -> None:
         """Show ``path`` (folder, .safetensors, F32/F16/BF16 GGUF) and plan every type for it."""
         self._input_path = Path(path)
