@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Optional
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from shiboken6 import isValid
 
 from app.core.errors import Cancelled, QuantDeskError
 from app.core.jobs import CancelToken, Progress
@@ -97,8 +98,11 @@ def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
               on_failed: Optional[Callable[[str], None]] = None,
               on_cancelled: Optional[Callable[[], None]] = None,
               on_progress: Optional[Callable[[Progress], None]] = None,
-              pool: Optional[QThreadPool] = None) -> JobWorker:
+              pool: Optional[QThreadPool] = None, owner: Optional[QObject] = None) -> JobWorker:
     """Start ``job`` on a :class:`JobWorker` with its callbacks connected.
+
+    ``owner`` is the widget the callbacks update: once Qt has deleted it (the window
+    closed while the job ran) they are skipped instead of touching deleted widgets.
 
     The worker stays referenced until well after its final signal (finished, failed or
     cancelled), so a page need not hold every worker it starts; it is released on the GUI
@@ -111,11 +115,18 @@ def start_job(job: Job, on_finished: Optional[Callable[[Any], None]] = None,
     worker = JobWorker(job)
     key = id(worker)
     if on_progress is not None:
-        worker.signals.progress.connect(on_progress)
+        worker.signals.progress.connect(_while_alive(owner, on_progress))
     for signal, callback in ((worker.signals.finished, on_finished), (worker.signals.failed, on_failed),
                              (worker.signals.cancelled, on_cancelled)):
         if callback is not None:
-            signal.connect(callback)
+            signal.connect(_while_alive(owner, callback))
         signal.connect(lambda *_args, k=key: _ended(k))
     _ALIVE[key] = (worker, None)
     return worker.start(pool)
+
+
+def _while_alive(owner: Optional[QObject], callback: Callable[..., Any]) -> Callable[..., Any]:
+    """``callback``, skipped once ``owner``'s C++ object is gone (no owner: always run)."""
+    if owner is None:
+        return callback
+    return lambda *args: callback(*args) if isValid(owner) else None

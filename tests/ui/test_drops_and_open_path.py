@@ -1,7 +1,5 @@
 """Files dragged over the window: accepted over every widget, opened through one entry."""
 
-from pathlib import Path
-
 from PySide6.QtCore import QMimeData
 from PySide6.QtWidgets import QPlainTextEdit
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Optional
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
-from shiboken6 import isValid
 
 from app.core.errors import QuantDeskError
 from app.ui.worker import JobWorker, start_job
@@ -106,9 +105,8 @@ class ChatEngine(QObject):
         def job(report, token):
             return client.load(path, settings)
 
-        self._load_job = start_job(
-            job, on_finished=lambda rep: isValid(self) and self._load_finished(rep, settings),
-            on_failed=lambda message: isValid(self) and self._load_error(message), pool=self._pool)
+        self._load_job = start_job(job, on_finished=lambda rep: self._load_finished(rep, settings),
+                                   on_failed=self._load_error, pool=self._pool, owner=self)
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -151,9 +149,9 @@ class ChatEngine(QObject):
 
         self._reply = reply
         self._reply_job = start_job(
-            job, on_finished=lambda outcome: isValid(self) and self._reply_finished(outcome),
-            on_failed=lambda message: isValid(self) and self._reply_finished(
-                ReplyOutcome(reply, QuantDeskError(message))), pool=self._pool)
+            job, on_finished=self._reply_finished,
+            on_failed=lambda message: self._reply_finished(ReplyOutcome(reply, QuantDeskError(message))),
+            pool=self._pool, owner=self)
 
     def take_text(self) -> str:
         """The text streamed since the last call (called by the GUI's timer)."""

@@ -20,7 +20,6 @@ from typing import Optional
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
-from shiboken6 import isValid
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
 from app.core.errors import QuantDeskError
@@ -170,13 +169,8 @@ class ChatPage(Page):
     def _run(self, job, on_done, on_failed=None) -> JobWorker:
         """Run ``job()`` on the thread pool; ``on_done(result)`` back on the GUI thread
         (skipped when the page has gone meanwhile)."""
-        def failed(message):
-            if isValid(self):
-                (on_failed or (lambda m: self.banner.show_message(m, "error")))(message)
-
-        return start_job(lambda report, token: job(),
-                         on_finished=lambda result: isValid(self) and on_done(result),
-                         on_failed=failed)
+        return start_job(lambda report, token: job(), on_finished=on_done,
+                         on_failed=on_failed or (lambda m: self.banner.show_message(m, "error")), owner=self)
 
     @staticmethod
     def _scan_library():

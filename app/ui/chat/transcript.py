@@ -20,7 +20,7 @@ import html
 import json
 from typing import Optional
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QPalette, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 

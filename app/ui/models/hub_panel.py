@@ -198,7 +198,7 @@ class HubPanel(QWidget):
         self._update_buttons()
 
     def _run(self, work, done, failed) -> JobWorker:
-        return start_job(work, done, failed, pool=self.pool)
+        return start_job(work, done, failed, pool=self.pool, owner=self)
 
     # ----------------------------------------------------------------- search
     def search(self, page: int = 0) -> None:

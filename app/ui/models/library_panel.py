@@ -145,7 +145,7 @@ class LibraryPanel(QWidget):
     def run(self, work: Callable[[], object], done: Callable[[object], None]) -> JobWorker:
         """Run ``work`` off the GUI thread; ``done(result)`` on it, errors to the banner."""
         return start_job(lambda report, cancel: work(), done,
-                         lambda text: self.banner.show_message(text, level="error"), pool=self.pool)
+                         lambda text: self.banner.show_message(text, level="error"), pool=self.pool, owner=self)
 
     # ----------------------------------------------------------------- selection
     def selected(self):

@@ -241,7 +241,8 @@ class QuantizePage(Page):
         load_settings = saved_load_settings()
         self._plan_worker = start_job(
             lambda report, cancel: inspect_input(path, options, load_settings, cancel=cancel),
-            lambda result: self._planned(generation, result), lambda text: self._plan_failed(generation, text))
+            lambda result: self._planned(generation, result), lambda text: self._plan_failed(generation, text),
+            owner=self)
 
     def _planned(self, generation: int, result: QuantizeInput) -> None:
         if generation != self._plan_generation:
@@ -323,7 +324,7 @@ class QuantizePage(Page):
             lambda result: self._job_done(job, result),
             lambda text: self._job_ended(job, "failed", text),
             lambda: self._job_ended(job, "cancelled", "Cancelled; no file was written."),
-            self._progress)
+            self._progress, owner=self)
 
     def _progress(self, progress) -> None:
         job = self._running

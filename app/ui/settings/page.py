@@ -378,6 +378,5 @@ class SettingsPage(Page):
         self._run(lambda report, cancel: SessionStore.default().clear(), lambda _freed: self.measure_sessions(),
                   lambda text: self.banner.show_message(text, level="error"))
 
-    @staticmethod
-    def _run(work, done, failed) -> JobWorker:
-        return start_job(work, done, failed)
+    def _run(self, work, done, failed) -> JobWorker:
+        return start_job(work, done, failed, owner=self)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtWidgets import QApplication, QListView, QPushButton, QComboBox
 
