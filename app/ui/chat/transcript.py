@@ -210,14 +210,15 @@ class TranscriptView(QTextBrowser):
         stable = self._scanner.advance(self._streamed)
         tail = split_segments(self._streamed[stable:])
         growth = tail_growth(self._tail, tail) if stable == rendered else None
+        cursor = QTextCursor(self.document())
+        # One edit block per tick: the document is laid out once, at its end, and cursor
+        # moves inside it skip computing their x position (which lays out the block).
+        cursor.beginEditBlock()
         if growth is not None:  # the common case: a few more characters of plain text
-            if growth:
-                cursor = QTextCursor(self.document())
-                cursor.movePosition(QTextCursor.MoveOperation.End)
-                DocumentWriter.extend_plain(cursor, growth, monospace=tail[-1].lang is not None)
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            DocumentWriter.extend_plain(cursor, growth, monospace=tail[-1].lang is not None)
         else:
             writer = self.writer()
-            cursor = QTextCursor(self.document())
             cursor.setPosition(self._tail_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.removeSelectedText()
@@ -225,6 +226,7 @@ class TranscriptView(QTextBrowser):
                 writer.append(cursor, self._streamed[rendered:stable])
                 self._tail_start = writer.cursor_at_end().position()
             writer.append_tail(cursor, tail)
+        cursor.endEditBlock()
         self._tail = tail
         if follow:
             self.scroll_to_bottom()
