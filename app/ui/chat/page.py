@@ -149,7 +149,7 @@ class ChatPage(Page):
         self._restore_splitter()
         self._restore_sampling()
         self._add_file_actions()
-        self._run(self._scan_library, self.panel.models.set_library)
+        self._run(self._scan_library, self.panel.set_library)
         from app.ui.chat.markdown import warm_up
 
         self._run(warm_up, lambda _: None, lambda _: None)
@@ -221,8 +221,7 @@ class ChatPage(Page):
     def open_path(self, path: Path) -> None:
         """The window's "open this path" entry for a ``.gguf``: load it, focus the box."""
         self.ensure_started()
-        row = self.panel.models.add_path(Path(path))
-        self.panel.model_picker.setCurrentIndex(row)
+        self.panel.show_model(Path(path))
         self.load_model(Path(path))
         self.focus_message_box()
 

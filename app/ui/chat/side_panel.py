@@ -149,3 +149,15 @@ class SidePanel(QScrollArea):
     def current_model(self) -> Optional[Path]:
         path = self.model_picker.currentData(PATH_ROLE)
         return Path(path) if path else None
+
+    def show_model(self, path: Path) -> None:
+        """Make ``path`` the picker's choice (added as a row when the Library lacks it)."""
+        self.model_picker.setCurrentIndex(self.models.add_path(Path(path)))
+
+    def set_library(self, models: list) -> None:
+        """New Library rows; the picker keeps showing the model it showed (a reset of the
+        list would otherwise jump it to the first row while another model is loaded)."""
+        shown = self.current_model()
+        self.models.set_library(models)
+        if shown is not None:
+            self.show_model(shown)

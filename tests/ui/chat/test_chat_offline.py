@@ -225,6 +225,24 @@ def test_the_model_picker_lists_the_library(qtbot, isolated_home):
     assert any("no chat template" in label for label in labels), labels
 
 
+def test_the_picker_keeps_the_opened_model_when_the_library_list_arrives(qtbot, isolated_home, tmp_path):
+    """A model opened from elsewhere (``quantdesk FILE``, a drop) stays the picker's choice
+    when the Library scan, finishing later, replaces the list."""
+    from models.library import Library
+    from tests.models.library_gguf import write_gguf
+
+    write_gguf(isolated_home / "models" / "tiny-Q8_0.gguf", name="Tiny", file_type=7)
+    opened = write_gguf(tmp_path / "elsewhere.gguf", name="Elsewhere", file_type=7)
+    window, page = open_chat_window(qtbot)
+    page.panel.show_model(opened)
+    library = Library()
+    library.scan()
+    page.panel.set_library(library.models())
+    assert page.panel.models.rowCount() == 2
+    assert page.panel.current_model() == opened
+    assert page.panel.model_picker.currentText() == "elsewhere.gguf"
+
+
 def test_deleting_a_message_leaves_it_out(qtbot):
     store = ConversationStore()
     c = store.create()
