@@ -166,7 +166,6 @@ def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
         messages = [{"role": "user", "content": f"Run {run}: write about mountains, hills and valleys."}]
         page.transcript.begin_reply()
         page.engine.start_reply(messages, options, None)
-        page._tick.start()
         # The window's own event loop, as app.exec() runs it: polling with processEvents
         # here would add the benchmark's work to the GUI thread it measures.
         loop = QEventLoop()

@@ -1,9 +1,12 @@
 """The chat page's handle on the engine: loads and replies run off the GUI thread.
 
 Both go through :func:`~app.ui.worker.start_job` (the one way the GUI runs core work).
-A reply's deltas are collected by the worker thread into a list; the page takes them
-with :meth:`ChatEngine.take_text` from a 20 Hz timer, so the GUI never handles one
-token at a time and the worker never waits for the GUI. The engine itself is a child
+A reply's deltas are collected by the worker thread into a list. The first delta the GUI
+has not been told about emits :attr:`ChatEngine.text_arrived`; the page then takes all
+that has arrived with :meth:`ChatEngine.take_text`, at most 20 times a second. So the
+GUI never handles one token at a time, text shows as soon as it arrives after a pause
+(no timer phase to wait for), nothing wakes the GUI while no text comes (prefill, a
+paused model), and the worker never waits for the GUI. The engine itself is a child
 process (:class:`~models.engine.EngineClient`): the GUI process does not load llama.cpp
 to generate, and a crash of the engine ends one reply, not the window.
 """
@@ -52,11 +55,13 @@ class ChatEngine(QObject):
     loaded = Signal(object)      # LoadReport
     load_failed = Signal(str)
     reply_done = Signal(object)  # ReplyOutcome
+    text_arrived = Signal()      # text is waiting for take_text (emitted from the worker)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._client = None
         self._buffer: list[str] = []
+        self._told = False  # text_arrived was emitted and take_text has not run since
         self._load_job: Optional[JobWorker] = None
         self._reply_job: Optional[JobWorker] = None
         self._reply = None
@@ -134,6 +139,7 @@ class ChatEngine(QObject):
                                  "Choose a model in the Model list (or drop a .gguf file here).")
         reply = self.client.chat(messages, options, conversation_id=conversation_id)
         buffer = self._buffer = []
+        self._told = False
 
         def job(report, token):
             from models.engine.client import EngineCrashed
@@ -141,6 +147,11 @@ class ChatEngine(QObject):
             try:
                 for delta in reply:
                     buffer.append(delta)  # list.append is atomic; the GUI takes them
+                    # After the append: a take that cleared the flag before this check
+                    # happens after the append and gets the delta; otherwise tell the GUI.
+                    if not self._told:
+                        self._told = True
+                        self.text_arrived.emit()
             except EngineCrashed as exc:
                 return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter())
             except QuantDeskError as exc:
@@ -154,7 +165,8 @@ class ChatEngine(QObject):
             pool=self._pool, owner=self)
 
     def take_text(self) -> str:
-        """The text streamed since the last call (called by the GUI's timer)."""
+        """The text streamed since the last call (the page calls it after text_arrived)."""
+        self._told = False  # before taking: a delta appended after this is told again
         buffer = self._buffer
         count = len(buffer)
         if not count:

@@ -15,6 +15,7 @@ page is first shown or given a model, so the window opens fast.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -34,9 +35,10 @@ from app.ui.worker import JobWorker, start_job
 
 log = logging.getLogger(__name__)
 
-# The GUI takes streamed text 20 times a second: smooth for reading, and the GUI thread's
-# share of a core while a reply streams stays ~2.5% (at 30 Hz it was ~4%), which the engine
-# feels when its threads use every core (bench_chat_gui: decode through the GUI vs alone).
+# The GUI renders streamed text when it arrives, at most 20 times a second: smooth for
+# reading, and the GUI thread's share of a core while a reply streams stays ~2.5% (at 30 Hz
+# it was ~4%), which the engine feels when its threads use every core (bench_chat_gui:
+# decode through the GUI vs alone).
 TICK_MS = 50
 SPLITTER_KEY = "chat_splitter_sizes"
 SAMPLING_KEY = "chat_sampling"
@@ -57,6 +59,7 @@ class ChatPage(Page):
         self.engine.loaded.connect(self._loaded)
         self.engine.load_failed.connect(self._load_failed)
         self.engine.reply_done.connect(self._reply_done)
+        self.engine.text_arrived.connect(self._text_arrived)
         self.conversation_id: Optional[str] = None
         self.stored = False
         self.branch: list = []
@@ -96,8 +99,9 @@ class ChatPage(Page):
         layout.addWidget(self.splitter)
         self.setFocusProxy(self.box)
 
-        self._tick = QTimer(self, interval=TICK_MS)
+        self._tick = QTimer(self, singleShot=True)  # the next render, when text came too soon
         self._tick.timeout.connect(self._take_text)
+        self._last_take = 0.0
         self._save_settings_timer = QTimer(self, singleShot=True, interval=400)
         self._save_settings_timer.timeout.connect(self._save_conversation_settings)
 
@@ -536,7 +540,6 @@ class ChatPage(Page):
         self.composer.show_note("")
         self.composer.set_streaming(True)
         self._reply_parent = parent_for_reply
-        self._tick.start()
         self.focus_message_box()
         return True
 
@@ -555,7 +558,16 @@ class ChatPage(Page):
             self.banner.show_message(f"This message was not saved: {exc.user_message}", "error")
             return None
 
+    def _text_arrived(self) -> None:
+        """Render the new text now, or when TICK_MS have passed since the last render."""
+        wait_ms = TICK_MS - 1000 * (time.perf_counter() - self._last_take)
+        if wait_ms <= 0:
+            self._take_text()
+        elif not self._tick.isActive():
+            self._tick.start(int(wait_ms) + 1)
+
     def _take_text(self) -> None:
+        self._last_take = time.perf_counter()
         text = self.engine.take_text()
         if text:
             self.transcript.add_text(text)
