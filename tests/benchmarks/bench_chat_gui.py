@@ -2,8 +2,8 @@
 
 1. **Stall while streaming.** A scripted token source (a thread, like the engine worker)
    emits a long reply of Markdown and code (≥ 4,000 tokens) at ≥ 200 tokens/s; the page's
-   own mechanism takes the text at its tick rate (``TICK_MS``) into the real
-   :class:`TranscriptView`. A 10 ms heartbeat timer on the GUI thread measures its
+   renderer takes the text every ``TICK_MS`` (what its arrival-driven, rate-limited
+   rendering does under a continuous stream) into the real :class:`TranscriptView`. A 10 ms heartbeat timer on the GUI thread measures its
    lateness: worst and 99th percentile.
    Goal: worst ≤ 50 ms. Also printed: the GUI thread's own CPU time per tick (take the
    text, render, paint), which separates our work from a busy machine's preemption.
