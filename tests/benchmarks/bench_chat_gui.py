@@ -3,9 +3,9 @@
 1. **Stall while streaming.** A scripted token source (a thread, like the engine worker)
    emits a long reply of Markdown and code (≥ 4,000 tokens) at ≥ 200 tokens/s; the page's
    renderer takes the text every ``TICK_MS`` (what its arrival-driven, rate-limited
-   rendering does under a continuous stream) into the real :class:`TranscriptView`. A 10 ms heartbeat timer on the GUI thread measures its
-   lateness: worst and 99th percentile.
-   Goal: worst ≤ 50 ms. Also printed: the GUI thread's own CPU time per tick (take the
+   rendering does under a continuous stream) into the real :class:`TranscriptView`. A
+   10 ms heartbeat timer on the GUI thread measures its lateness: worst and 99th
+   percentile. Goal: worst ≤ 50 ms. Also printed: the GUI thread's own CPU time per tick (take the
    text, render, paint), which separates our work from a busy machine's preemption.
 2. **Decode through the GUI vs EngineClient alone**: the same model, settings and prompt
    (greedy, ``ignore_eos``, fixed length), runs alternated; decode tok/s as the receiving
