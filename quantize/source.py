@@ -37,7 +37,7 @@ class SourceTensor:
         stored_type: How the source stores it (F32, F16 or BF16).
         load: Returns the values as a C-contiguous float32 array of ``shape``.
         load_stored: Optional: the values as stored, unconverted — float16, bfloat16
-            bits as uint16, or float32 (see :func:`stored_to_f32`). The quantizer widens
+            bits as uint16, or float32 (see :func:`quantize.blocks.widen.to_f32`). The quantizer widens
             them to float32 chunk by chunk on its worker threads, where each chunk is
             quantized while it is in cache, instead of widening the whole tensor first.
     """
@@ -76,17 +76,6 @@ class TensorSource(Protocol):
     def tensors(self) -> list[SourceTensor]:
         """All tensors in output order; cheap (nothing is loaded)."""
         ...
-
-
-def stored_to_f32(values: np.ndarray) -> np.ndarray:
-    """What :attr:`SourceTensor.load_stored` returned, as float32 (exact)."""
-    from quantize.encode import bf16_bits_to_f32
-
-    if values.dtype == np.float16:
-        return values.astype(np.float32)
-    if values.dtype == np.uint16:
-        return bf16_bits_to_f32(values)
-    return values
 
 
 def iter_loaded(source: TensorSource) -> Iterator[tuple[SourceTensor, np.ndarray]]:

@@ -327,19 +327,53 @@ def fp32_to_fp16(f):
     return np.uint16((sign >> 16) | nonsign)
 
 
-@inline
-def fp16_to_fp32(h):
-    """``GGML_FP16_TO_FP32`` of fp16 bits (exact)."""
-    w = (np.int64(h) << 16) & 0xFFFFFFFF
-    sign = w & 0x80000000
-    two_w = (w + w) & 0xFFFFFFFF
-    normalized = bits_f32((two_w >> 4) + (0xE0 << 23)) * F32(1.925929944387236e-34)  # 2**-112
-    denormalized = bits_f32((two_w >> 17) | (126 << 23)) - F32(0.5)
-    if two_w < (1 << 27):
-        magnitude = np.int64(f32_bits(denormalized)) & 0xFFFFFFFF
-    else:
-        magnitude = np.int64(f32_bits(normalized)) & 0xFFFFFFFF
-    return bits_f32(sign | magnitude)
+@intrinsic
+def fp16_to_fp32(typingctx, h):
+    """``GGML_FP16_TO_FP32`` of fp16 bits (any integer type; its low 16 bits), exact.
+
+    ggml's portable routine in 32-bit integer IR, so that a loop of it vectorizes::
+
+        two_w = h << 17
+        normalized = bits((two_w >> 4) + (0xE0 << 23)) * 2**-112
+        denormalized = bits((two_w >> 17) | (126 << 23)) - 0.5f
+        result = (h << 16 & sign) | (two_w < 1 << 27 ? denormalized : normalized)
+    """
+    if not isinstance(h, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        bits = args[0]
+        if bits.type.width > 16:
+            bits = builder.trunc(bits, ir.IntType(16))
+        w = builder.shl(builder.zext(bits, i32), ir.Constant(i32, 16))
+        sign = builder.and_(w, ir.Constant(i32, -0x80000000))  # the sign bit
+        two_w = builder.add(w, w)
+        normalized = builder.fmul(
+            builder.bitcast(builder.add(builder.lshr(two_w, ir.Constant(i32, 4)), ir.Constant(i32, 0xE0 << 23)), f32),
+            ir.Constant(f32, 2.0 ** -112))
+        denormalized = builder.fsub(
+            builder.bitcast(builder.or_(builder.lshr(two_w, ir.Constant(i32, 17)), ir.Constant(i32, 126 << 23)), f32),
+            ir.Constant(f32, 0.5))
+        small = builder.icmp_unsigned("<", two_w, ir.Constant(i32, 1 << 27))
+        magnitude = builder.select(small, builder.bitcast(denormalized, i32), builder.bitcast(normalized, i32))
+        return builder.bitcast(builder.or_(sign, magnitude), f32)
+    return types.float32(h), codegen
+
+
+@intrinsic
+def bf16_to_fp32(typingctx, h):
+    """``GGML_BF16_TO_FP32`` of bfloat16 bits (any integer type; its low 16 bits): the top half."""
+    if not isinstance(h, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        bits = args[0]
+        if bits.type.width > 16:
+            bits = builder.trunc(bits, ir.IntType(16))
+        return builder.bitcast(builder.shl(builder.zext(bits, i32), ir.Constant(i32, 16)), ir.FloatType())
+    return types.float32(h), codegen
 
 
 @inline

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.jit import (F32, GROUP_MAX_EPS, Flag, Int, f32, fp16_to_fp32, helper, inline, kernel, nearest_f,
-                                 nearest_int, put_fp16)
+                                 nearest_int, pick, put_fp16)
 from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
 from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
 
@@ -49,10 +49,12 @@ _IMPL_RDELTA = F32(0.05)
 # ---- shared steps ------------------------------------------------------------------------------
 
 @helper
-def _requantize(xt, step, offset, use_offset, lo, hi, bias, levels):
+def _requantize(xt, step, offset, use_offset, lo, hi, bias, found, levels):
     """``L = clip(nearest_int((x + m)/d), lo, hi) + bias`` per lane, where ``d != 0``.
 
-    Lanes whose stored scale reads back as 0 keep the search's levels (C's ``if (!d) continue``).
+    Lanes whose stored scale reads back as 0 keep the search's levels ``found`` (C's
+    ``if (!d) continue``). Written to another array than ``found``: a select stored back
+    in place compiles to masked stores, which AVX2 has not for bytes (a branch per value).
     """
     size, lanes = xt.shape
     flo = f32(lo)
@@ -62,10 +64,10 @@ def _requantize(xt, step, offset, use_offset, lo, hi, bias, levels):
         for g in range(lanes):
             v = xt[i, g] + offset[g] if use_offset else xt[i, g]
             level = nearest_f(v / step[g])
-            level = fhi if level > fhi else level
-            level = flo if level < flo else level
+            level = pick(level > fhi, fhi, level)
+            level = pick(level < flo, flo, level)
             fresh = np.uint8(np.int32(level + fbias))
-            levels[i, g] = fresh if step[g] != _ZERO else levels[i, g]
+            levels[i, g] = pick(step[g] != _ZERO, fresh, found[i, g])
 
 
 @inline
@@ -164,6 +166,7 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
         count = min(BATCH, blocks - first)
         lanes = 16 * count
         xt = np.empty((16, lanes), np.float32)
+        found = np.empty((16, lanes), np.uint8)  # the search's levels
         levels = np.empty((16, lanes), np.uint8)
         scales = np.empty(lanes, np.float32)
         mins = np.empty(lanes, np.float32)
@@ -174,7 +177,7 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
             w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(1), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qkx_quants(xt, w, Int(3), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
+            qkx_quants(xt, w, Int(3), _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, found)
             d_block = np.empty(count, np.float32)
             m_block = np.empty(count, np.float32)
             ls = np.empty((16, count), np.uint8)
@@ -190,7 +193,7 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
             for i in range(16):
                 for g in range(lanes):
                     w[i, g] = np.abs(xt[i, g])
-            qkx_quants(xt, w, Int(3), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True), scales, mins, levels)
+            qkx_quants(xt, w, Int(3), F32(-0.5), F32(0.1), Int(15), Flag(True), Flag(True), scales, mins, found)
             d_block = np.empty(count, np.float32)
             m_block = np.empty(count, np.float32)
             for b in range(count):
@@ -221,7 +224,7 @@ def _q2_k(x, qw, blocks_per_row, out, with_imatrix):
                 out[blk, j] = np.uint8(packed[g])
                 step[g] = d * f32(packed[g] & 0xF)
                 offset[g] = dmin * f32(packed[g] >> 4)
-        _requantize(xt, step, offset, Flag(True), Int(0), Int(3), Int(0), levels)
+        _requantize(xt, step, offset, Flag(True), Int(0), Int(3), Int(0), found, levels)
         for b in range(count):
             _pack_2bit(out, first + b, 16, levels, count, 16, b)
 
@@ -241,6 +244,7 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
         count = min(BATCH, blocks - first)
         lanes = 16 * count
         xt = np.empty((16, lanes), np.float32)
+        found = np.empty((16, lanes), np.uint8)  # the search's levels
         levels = np.empty((16, lanes), np.uint8)
         scales = np.empty(lanes, np.float32)
         six = np.empty(lanes, np.int32)  # the 6-bit scales (l + 32), lane order
@@ -250,7 +254,7 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
             w = _batch_weights(x, qw, first, count, blocks_per_row, Int(16), Int(2), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qx_quants(xt, w, Int(4), scales, levels)
+            qx_quants(xt, w, Int(4), scales, found)
             ls = np.empty((16, count), np.uint8)
             qx_quants(scales.reshape(16, count), sw.reshape(16, count), Int(32), d_block, ls)
             for b in range(count):
@@ -258,7 +262,7 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
                     six[j * count + b] = np.int32(ls[j, b])
         else:
             gather(x, first, count, Int(16), xt)
-            q3_quants(xt, Int(4), scales, levels)
+            q3_quants(xt, Int(4), scales, found)
             signed_max = np.empty(count, np.float32)
             amax = np.empty(count, np.float32)
             first_abs_max(scales.reshape(16, count), signed_max, amax)
@@ -292,14 +296,13 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
             for j in range(16):
                 g = j * count + b
                 step[g] = d * f32(six[g] - 32)
-        _requantize(xt, step, step, Flag(False), Int(-4), Int(3), Int(4), levels)
+        _requantize(xt, step, step, Flag(False), Int(-4), Int(3), Int(4), found, levels)
         for b in range(count):
             blk = first + b
             for l in range(32):
                 byte = 0
-                for t in range(8):
-                    if _level(levels, count, 16, b, 32 * t + l) > 3:
-                        byte |= 1 << t
+                for t in range(8):  # no branch: level > 3 is a coin flip per value
+                    byte |= np.int32(_level(levels, count, 16, b, 32 * t + l) > 3) << t
                 out[blk, l] = np.uint8(byte)
             for h in range(2):
                 for l in range(32):
@@ -328,6 +331,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
         count = min(BATCH, blocks - first)
         lanes = 8 * count
         xt = np.empty((32, lanes), np.float32)
+        found = np.empty((32, lanes), np.uint8)  # the search's levels
         levels = np.empty((32, lanes), np.uint8)
         scales = np.empty(lanes, np.float32)
         mins = np.empty(lanes, np.float32)
@@ -341,7 +345,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
             w = _batch_weights(x, qw, first, count, blocks_per_row, Int(32), Int(2), Flag(False), xt)
             sw = np.empty(lanes, np.float32)
             lane_sums(w, sw)
-            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, levels)
+            qkx_quants(xt, w, nmax, _IMPL_RMIN, _IMPL_RDELTA, Int(36), Flag(False), Flag(False), scales, mins, found)
             qs = np.empty((8, count), np.uint8)
             qm = np.empty((8, count), np.uint8)
             qp_quants(scales.reshape(8, count), sw.reshape(8, count), Int(63), d_block, qs)
@@ -362,7 +366,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
             for i in range(32):
                 for g in range(lanes):
                     w[i, g] = sum_x2[g] + np.abs(xt[i, g])
-            qkx_quants(xt, w, nmax, rmin, rdelta, nstep, Flag(False), Flag(True), scales, mins, levels)
+            qkx_quants(xt, w, nmax, rmin, rdelta, nstep, Flag(False), Flag(True), scales, mins, found)
             for b in range(count):
                 max_scale, max_min = _largest_scale_and_min(scales, mins, count, 8, b)
                 inv_scale = F32(63) / max_scale if max_scale > _ZERO else _ZERO
@@ -381,7 +385,7 @@ def _k4(x, qw, blocks_per_row, out, with_imatrix, nmax, rmin, rdelta, nstep, cla
                 sc, m = _scale_min_k4(out, blk, j)
                 step[j * count + b] = d * f32(sc)
                 offset[j * count + b] = dmin * f32(m)
-        _requantize(xt, step, offset, Flag(True), Int(0), nmax, Int(0), levels)
+        _requantize(xt, step, offset, Flag(True), Int(0), nmax, Int(0), found, levels)
         for b in range(count):
             blk = first + b
             if five_bits:
@@ -416,6 +420,7 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
         count = min(BATCH, blocks - first)
         lanes = 16 * count
         xt = np.empty((16, lanes), np.float32)
+        found = np.empty((16, lanes), np.uint8)  # the search's levels
         levels = np.empty((16, lanes), np.uint8)
         scales = np.empty(lanes, np.float32)
         step = np.empty(lanes, np.float32)
@@ -427,7 +432,7 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
             for i in range(16):
                 for g in range(lanes):
                     w[i, g] = xt[i, g] * xt[i, g]
-        qx_quants(xt, w, Int(32), scales, levels)
+        qx_quants(xt, w, Int(32), scales, found)
         signed_max = np.empty(count, np.float32)
         amax = np.empty(count, np.float32)
         first_abs_max(scales.reshape(16, count), signed_max, amax)
@@ -446,7 +451,7 @@ def _q6_k(x, qw, blocks_per_row, out, with_imatrix):
                 sc = np.int8(min(127, nearest_int(iscale * scales[g])))
                 out[blk, 192 + j] = np.uint8(np.int32(sc) & 0xFF)
                 step[g] = d * f32(sc)
-        _requantize(xt, step, step, Flag(False), Int(-32), Int(31), Int(32), levels)
+        _requantize(xt, step, step, Flag(False), Int(-32), Int(31), Int(32), found, levels)
         for b in range(count):
             blk = first + b
             if amax[b] < GROUP_MAX_EPS:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, helper, nearest_f, nearest_int, pick
+from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, helper, inline, nearest_f, nearest_int, pick
 
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
@@ -119,6 +119,25 @@ def qx_quants(x, w, nmax, scale, levels):
             scale[g] = _ZERO
 
 
+@inline
+def _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, out_sumlx, out_suml2, out_moved):
+    """One step of make_q3_quants' descent: position ``i`` of lane ``g``, state in -> out."""
+    li = cur[i, g]
+    slx = sumlx[g] - wx[i, g] * li
+    sl2 = suml2[g] - (w[i, g] * li) * li
+    new_l = nearest_f((x[i, g] * sl2) / slx)
+    new_l = pick(new_l > hi, hi, new_l)
+    new_l = pick(new_l < lo, lo, new_l)
+    slx_new = slx + wx[i, g] * new_l
+    sl2_new = sl2 + (w[i, g] * new_l) * new_l
+    accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
+              & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
+    cur[i, g] = li + pick(accept, new_l - li, _ZERO)  # small integers: exact, and no masked store
+    out_sumlx[g] = pick(accept, slx_new, sumlx[g])
+    out_suml2[g] = pick(accept, sl2_new, suml2[g])
+    out_moved[g] = pick(accept, _ONE, moved[g])
+
+
 @helper
 def q3_quants(x, nmax, scale, levels):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
@@ -152,25 +171,31 @@ def q3_quants(x, nmax, scale, levels):
             cur[i, g] = level
             sumlx[g] += wx[i, g] * level
             suml2[g] += (weight * level) * level
+    # The lane sums go back and forth between two buffers (position i reads one and
+    # writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
+    # AVX masked stores, slower on Zen 3 than the rest of the pass.
+    other_sumlx = np.empty(lanes, np.float32)
+    other_suml2 = np.empty(lanes, np.float32)
+    moved = np.empty(lanes, np.float32)
+    other_moved = np.empty(lanes, np.float32)
     for _ in range(5):
-        changed = 0
-        for i in range(n):
+        for g in range(lanes):
+            moved[g] = _ZERO
+        for i in range(0, n - 1, 2):
             for g in range(lanes):
-                li = cur[i, g]
-                slx = sumlx[g] - wx[i, g] * li
-                sl2 = suml2[g] - (w[i, g] * li) * li
-                new_l = nearest_f((x[i, g] * sl2) / slx)
-                new_l = pick(new_l > hi, hi, new_l)
-                new_l = pick(new_l < lo, lo, new_l)
-                slx_new = slx + wx[i, g] * new_l
-                sl2_new = sl2 + (w[i, g] * new_l) * new_l
-                accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
-                          & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
-                cur[i, g] = pick(accept, new_l, li)
-                sumlx[g] = pick(accept, slx_new, sumlx[g])
-                suml2[g] = pick(accept, sl2_new, suml2[g])
-                changed += accept
-        if changed == 0:
+                _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+            for g in range(lanes):
+                _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
+        if n % 2:
+            for g in range(lanes):
+                _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+                sumlx[g] = other_sumlx[g]
+                suml2[g] = other_suml2[g]
+                moved[g] = other_moved[g]
+        changed = False
+        for g in range(lanes):
+            changed |= moved[g] != _ZERO
+        if not changed:
             break
     fnmax = f32(nmax)
     for g in range(lanes):
