@@ -151,7 +151,10 @@ class ChatEngine(QObject):
                     # happens after the append and gets the delta; otherwise tell the GUI.
                     if not self._told:
                         self._told = True
-                        self.text_arrived.emit()
+                        try:
+                            self.text_arrived.emit()
+                        except RuntimeError:  # the window closed meanwhile: keep reading
+                            pass              # to the end, which its shutdown makes near
             except EngineCrashed as exc:
                 return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter())
             except QuantDeskError as exc:
