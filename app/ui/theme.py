@@ -28,6 +28,7 @@ COLORS: dict[str, dict[str, str]] = {
         "error_bg": "#fff0f0", "error_border": "#e03131", "warning_bg": "#fff9db",
         "warning_border": "#f08c00", "info_bg": "#e7f5ff", "info_border": "#1c7ed6",
         "ok": "#2b8a3e", "bad": "#c92a2a", "tight": "#e67700",
+        "scroll_handle": "#ced4da", "scroll_handle_hover": "#adb5bd",
     },
     "dark": {
         "accent": "#9775fa", "accent_soft": "#3b2f63", "sidebar": "#1e1b2e",
@@ -35,6 +36,7 @@ COLORS: dict[str, dict[str, str]] = {
         "error_bg": "#3d1f1f", "error_border": "#ff6b6b", "warning_bg": "#3d341a",
         "warning_border": "#fcc419", "info_bg": "#1a2e40", "info_border": "#4dabf7",
         "ok": "#69db7c", "bad": "#ff8787", "tight": "#ffc078",
+        "scroll_handle": "#4a4d55", "scroll_handle_hover": "#6c717a",
     },
 }
 
