@@ -266,6 +266,8 @@ def main() -> None:
     parser.add_argument("--decode-runs", type=int, default=9, help="alternated decode pairs per setting")
     parser.add_argument("--no-engine", action="store_true", help="skip the decode comparison")
     parser.add_argument("--decode-only", action="store_true", help="only the decode comparison")
+    parser.add_argument("--decode-threads", default="default,all",
+                        help="engine thread settings to compare: default (half the CPUs), all")
     args = parser.parse_args()
     os.environ["QUANTDESK_HOME"] = tempfile.mkdtemp()
     from app.ui.application import create_application
@@ -296,8 +298,9 @@ def main() -> None:
     # The app's default engine threads (half the logical CPUs, llama.cpp's own default,
     # which leaves the GUI a core), then every logical CPU: the engine's threads then
     # share the cores with the GUI thread, and any work it does shows in decode speed.
-    for threads, label in ((None, "the app's default threads (half the logical CPUs)"),
-                           (os.cpu_count() or 1, f"threads = all {os.cpu_count()} logical CPUs")):
+    choices = {"default": (None, "the app's default threads (half the logical CPUs)"),
+               "all": (os.cpu_count() or 1, f"threads = all {os.cpu_count()} logical CPUs")}
+    for threads, label in (choices[name] for name in args.decode_threads.split(",")):
         decode = bench_decode(app, model, args.decode_runs, threads)
         print(f"decode {DECODE_TOKENS} tokens, {label}, {args.decode_runs} pairs: EngineClient alone "
               f"{decode['alone']:.1f} tok/s, through the GUI {decode['gui']:.1f} tok/s (medians); "

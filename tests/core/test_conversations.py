@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 
@@ -71,6 +72,32 @@ def test_delete_removes_messages_and_the_saved_kv_state():
     assert [c.id for c in store.list()] == [keep.id]
     with sqlite3.connect(store.path) as db:  # no orphaned messages
         assert db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 2
+
+
+def test_a_store_shared_by_threads_writes_through_each_threads_own_connection():
+    # The chat page stores replies on the GUI thread and reads in jobs: each thread keeps
+    # its own connection, and what one commits the others (and other processes) see.
+    store = ConversationStore()
+    conversation = store.create(title="Threads")
+    seqs, errors = [], []
+
+    def worker(number: int) -> None:
+        try:
+            for index in range(5):
+                seqs.extend(store.add_messages(conversation.id, turn(f"q{number}.{index}", "a")))
+        except Exception as exc:  # surfaced below: a thread's exception would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(number,)) for number in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(seqs) == list(range(30))  # no seq given twice
+    assert ConversationStore().list()[0].message_count == 30
+    store.close()  # this thread's connection; the next call opens another
+    assert store.list()[0].message_count == 30
 
 
 def test_an_unreadable_history_is_a_sentence_and_is_left_alone(tmp_path):
