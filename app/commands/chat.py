@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
+from app.core.console import ConsoleProgress
 from app.core.errors import QuantDeskError
 
 HELP = "Type a message. /exit quits, /reset starts a new conversation, Ctrl+C stops a reply."
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                       args.system, args.resume)
     with EngineClient() as client:
         print(f"Loading {args.model} ...", file=sys.stderr, flush=True)
-        report = client.load(args.model, settings)
+        report = client.load(args.model, settings, progress=ConsoleProgress())
         print(report.summary(), file=sys.stderr)
         print(HELP, file=sys.stderr, flush=True)
         while True:

@@ -36,6 +36,20 @@ def _load_report(model: Any) -> dict:
     }
 
 
+def _progress_sender(conn: Any):
+    """llama.cpp's load progress as ``progress`` events, one per percent at most (it
+    calls back for every tensor, thousands of times for a large model)."""
+    sent = [-1]
+
+    def send(fraction: float) -> None:
+        percent = int(fraction * 100)
+        if percent > sent[0]:
+            sent[0] = percent
+            conn.send({"event": "progress", "fraction": min(1.0, max(0.0, fraction))})
+
+    return send
+
+
 def _handle(request: dict, state: dict, conn: Any) -> dict:
     """Serve one request; return the final event (deltas are sent as they come)."""
     from models.engine.cancel_flag import install_abort_hook
@@ -51,7 +65,8 @@ def _handle(request: dict, state: dict, conn: Any) -> dict:
             model.close()
             state["model"] = None
         settings = LoadSettings.from_dict(request["settings"])
-        model = LoadedModel(request["path"], settings, state["log_capture"])
+        model = LoadedModel(request["path"], settings, state["log_capture"],
+                            on_progress=_progress_sender(conn))
         # Tell the client the load worked and the self-test starts: if the process dies
         # now, the client knows a kernel crashed and can retry without extra buffers.
         conn.send({"event": "phase", "phase": "selftest"})

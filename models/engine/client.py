@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import Progress, ProgressCallback
 from models.engine import fallback
 from models.engine.cancel_flag import CancelFlag
 from models.engine.gguf_info import GGUFModelInfo, read_model_info
@@ -245,8 +246,13 @@ class EngineClient:
 
     # -- loading --------------------------------------------------------------------
 
-    def load(self, model_path: Path | str, settings: Optional[LoadSettings] = None) -> LoadReport:
+    def load(self, model_path: Path | str, settings: Optional[LoadSettings] = None,
+             progress: Optional[ProgressCallback] = None) -> LoadReport:
         """Load a model (replacing the loaded one) and self-test a decode.
+
+        ``progress`` gets :class:`~app.core.jobs.Progress` as llama.cpp reads the tensors
+        (stage "Loading", done/total a fraction of 1), then stage "Testing" for the
+        self-test decode.
 
         Raises:
             QuantDeskError: Invalid settings, an unreadable file, or llama.cpp refused.
@@ -256,27 +262,29 @@ class EngineClient:
         with self._lock:
             # The engine frees the loaded model before it loads the next one.
             self._loaded, self.last_load = None, None
-            report = self._load_with_fallback(info, resolved)
+            report = self._load_with_fallback(info, resolved, progress)
             self._loaded = (info, replace(resolved, use_extra_bufts=report.use_extra_bufts))
             self.last_load = report
             return report
 
-    def _load_with_fallback(self, info: GGUFModelInfo, settings: LoadSettings) -> LoadReport:
+    def _load_with_fallback(self, info: GGUFModelInfo, settings: LoadSettings,
+                            progress: Optional[ProgressCallback] = None) -> LoadReport:
         if settings.use_extra_bufts and fallback.needs_safe_kernels():
             log.info("engine: loading with use_extra_bufts=False, as recorded for this computer")
             settings = replace(settings, use_extra_bufts=False)
         try:
-            return self._load_once(info, settings)
+            return self._load_once(info, settings, progress)
         except EngineCrashed as crash:
             if crash.phase != "selftest" or not settings.use_extra_bufts:
                 raise
             reason = f"the first decode crashed: {crash.what}"
             log.warning("engine: %s; retrying without extra buffer types", reason)
-            report = self._load_once(info, replace(settings, use_extra_bufts=False))
+            report = self._load_once(info, replace(settings, use_extra_bufts=False), progress)
             fallback.remember_safe_kernels(reason)
             return replace(report, safe_kernels_fallback=True)
 
-    def _load_once(self, info: GGUFModelInfo, settings: LoadSettings) -> LoadReport:
+    def _load_once(self, info: GGUFModelInfo, settings: LoadSettings,
+                   progress: Optional[ProgressCallback] = None) -> LoadReport:
         self._model_file = info.path
         self._cancel.clear()
         self._send({"op": "load", "path": str(info.path), "settings": settings.to_dict()}, "load")
@@ -284,9 +292,15 @@ class EngineClient:
         try:
             while True:
                 event = self._receive(phase, timeout=self._timeout)
+                if event["event"] == "progress":
+                    if progress is not None:
+                        progress(Progress(event["fraction"], 1.0, "Loading", info.path.name))
+                    continue
                 if event["event"] != "phase":
                     break
                 phase = event["phase"]
+                if progress is not None and phase == "selftest":
+                    progress(Progress(1.0, 1.0, "Testing", "a first decode"))
         except QuantDeskError:
             raise
         except BaseException:

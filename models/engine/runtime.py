@@ -22,10 +22,10 @@ that it controls three things:
   checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same
   tokens as with plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
 
-``use_extra_bufts`` is a field of llama.cpp's model params, but ``Llama()`` in
-llama-cpp-python 0.3.36 has no argument for it (an unknown keyword is silently ignored),
-so :func:`_model_params_override` sets it on the params ``Llama()`` asks for while the
-model loads.
+``use_extra_bufts`` and ``progress_callback`` are fields of llama.cpp's model params,
+but ``Llama()`` in llama-cpp-python 0.3.36 has no argument for them (an unknown keyword is
+silently ignored), so :func:`_model_params_override` sets them on the params ``Llama()``
+asks for while the model loads.
 """
 
 from __future__ import annotations
@@ -62,13 +62,27 @@ TEST_CRASH_ENV = "QUANTDESK_ENGINE_TEST_CRASH"
 
 
 @contextlib.contextmanager
-def _model_params_override(use_extra_bufts: bool) -> Iterator[None]:
-    """While ``Llama()`` builds its model params, set ``use_extra_bufts`` on them."""
+def _model_params_override(use_extra_bufts: bool,
+                           on_progress: Optional[Callable[[float], None]] = None) -> Iterator[None]:
+    """While ``Llama()`` builds its model params, set ``use_extra_bufts`` on them, and
+    llama.cpp's load progress callback (fraction of the tensors read, 0 to 1) when
+    ``on_progress`` is given."""
     original = llama_low.llama_model_default_params
+
+    def progress(fraction: float, _user_data) -> bool:
+        try:
+            on_progress(fraction)
+        except Exception:  # a callback error must not unwind through llama.cpp's C frames
+            log.exception("load progress callback failed")
+        return True  # go on loading
+
+    callback = llama_low.llama_progress_callback(progress) if on_progress is not None else None
 
     def with_override():
         params = original()
         params.use_extra_bufts = use_extra_bufts
+        if callback is not None:
+            params.progress_callback = callback  # kept alive by this frame until the load ends
         return params
 
     llama_low.llama_model_default_params = with_override
@@ -87,13 +101,14 @@ class LoadedModel:
         log_capture: The process's llama.cpp log capture, for the offload report.
     """
 
-    def __init__(self, path: str, settings: LoadSettings, log_capture: LlamaLogCapture) -> None:
+    def __init__(self, path: str, settings: LoadSettings, log_capture: LlamaLogCapture,
+                 on_progress: Optional[Callable[[float], None]] = None) -> None:
         self.path = path
         self.settings = settings
         mark = log_capture.mark()
         started = time.perf_counter()
         try:
-            with _model_params_override(settings.use_extra_bufts):
+            with _model_params_override(settings.use_extra_bufts, on_progress):
                 self.llm = llama_cpp.Llama(
                     model_path=path,
                     n_gpu_layers=settings.gpu_layers,

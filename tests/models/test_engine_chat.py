@@ -168,6 +168,19 @@ def test_load_report_says_where_the_layers_went(smollm2_engine, smollm2_gguf):
     assert "CPU" in report.backends
 
 
+def test_loading_reports_llama_cpps_progress_then_the_self_test(smollm2_gguf):
+    events = []
+    with EngineClient() as client:
+        client.load(smollm2_gguf, LoadSettings(threads=2, batch_threads=2, context_length=512),
+                    progress=events.append)
+    loading = [event.fraction for event in events if event.stage == "Loading"]
+    assert len(loading) >= 3 and loading == sorted(loading)  # rising
+    assert loading[0] < 0.5 and loading[-1] == 1.0
+    assert len({int(100 * f) for f in loading}) == len(loading)  # one event per percent
+    assert {event.detail for event in events if event.stage == "Loading"} == {smollm2_gguf.name}
+    assert events[-1].stage == "Testing"  # then the first decode, after every tensor was read
+
+
 def test_kv_cache_quantization_loads_and_chats(smollm2_gguf):
     with EngineClient() as client:
         report = client.load(smollm2_gguf, LoadSettings(threads=2, batch_threads=2,

@@ -53,6 +53,7 @@ class ChatEngine(QObject):
     """Loads a model and streams replies; one of each at a time."""
 
     loaded = Signal(object)      # LoadReport
+    load_progress = Signal(object)  # app.core.jobs.Progress: llama.cpp reading the tensors
     load_failed = Signal(str)
     reply_done = Signal(object)  # ReplyOutcome
     text_arrived = Signal()      # text is waiting for take_text (emitted from the worker)
@@ -108,10 +109,11 @@ class ChatEngine(QObject):
         self.report = None
 
         def job(report, token):
-            return client.load(path, settings)
+            return client.load(path, settings, progress=report)
 
         self._load_job = start_job(job, on_finished=lambda rep: self._load_finished(rep, settings),
-                                   on_failed=self._load_error, pool=self._pool, owner=self)
+                                   on_failed=self._load_error, on_progress=self.load_progress.emit,
+                                   pool=self._pool, owner=self)
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None

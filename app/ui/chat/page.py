@@ -57,6 +57,7 @@ class ChatPage(Page):
         self._closing = False
         self.engine = ChatEngine(self)
         self.engine.loaded.connect(self._loaded)
+        self.engine.load_progress.connect(self._load_progress)
         self.engine.load_failed.connect(self._load_failed)
         self.engine.reply_done.connect(self._reply_done)
         self.engine.text_arrived.connect(self._text_arrived)
@@ -251,6 +252,7 @@ class ChatPage(Page):
         if settings is None:
             settings = model_settings.load_settings_for(path)
         self.panel.load_form.set_settings(settings)
+        self.panel.progress.setRange(0, 0)  # busy until the first fraction arrives
         self.panel.progress.show()
         self.panel.status.setText(f"Loading {path.name}…")
         self.engine.load(path, settings)
@@ -265,6 +267,16 @@ class ChatPage(Page):
         if event.type() == QEvent.Type.PaletteChange and self.started and not self._closing \
                 and not self.engine.streaming and self.branch:
             self._reload_branch()
+
+    def _load_progress(self, progress) -> None:
+        """llama.cpp's progress reading the tensors, then the self-test decode."""
+        if progress.stage == "Loading":
+            self.panel.progress.setRange(0, 100)
+            self.panel.progress.setValue(round(100 * (progress.fraction or 0.0)))
+            self.panel.status.setText(f"Loading {progress.detail}…")
+        else:
+            self.panel.progress.setRange(0, 0)
+            self.panel.status.setText(f"Loaded; testing {progress.detail}…")
 
     def _loaded(self, report) -> None:
         from app.core import model_settings

@@ -86,8 +86,7 @@ class SidePanel(QScrollArea):
         self.model_picker.setPlaceholderText("Choose a model…")
         self.model_picker.setMinimumContentsLength(16)
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)  # llama.cpp reports no fraction: a busy bar
+        self.progress = QProgressBar()  # busy until llama.cpp reports how far it has read
         self.progress.setAccessibleName("Loading")
         self.progress.hide()
         self.status = QLabel("No model loaded.")

@@ -30,6 +30,23 @@ def type_and_send(qtbot, page, text: str) -> None:
     qtbot.keyClick(page.box, Qt.Key.Key_Return)
 
 
+def test_loading_shows_llama_cpps_progress_as_a_percentage(qtbot, smollm2_gguf, shared_engine):
+    window, page = open_chat_window(qtbot, client=shared_engine)
+    seen = []  # connected after the page's own slot: the bar as the page left it
+    page.engine.load_progress.connect(lambda progress: seen.append(
+        (progress.stage, page.panel.progress.maximum(), page.panel.progress.value(),
+         page.panel.status.text())))
+    window.open_path(smollm2_gguf)
+    qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
+    loading = [entry for entry in seen if entry[0] == "Loading"]
+    assert loading and all(maximum == 100 for _, maximum, _, _ in loading)
+    assert [value for _, _, value, _ in loading] == sorted(value for _, _, value, _ in loading)
+    assert loading[-1][2] == 100 and smollm2_gguf.name in loading[-1][3]
+    assert seen[-1][0] == "Testing" and seen[-1][1] == 0  # busy while the first decode runs
+    assert page.panel.progress.isHidden() and page.panel.status.text().startswith("Loaded in")
+    page.shutdown()
+
+
 def test_send_streams_the_reply_and_stores_the_turn(qtbot, chat):
     window, page = chat
     ticks = []
