@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value,
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value, pick,
                                  magnitude_key, order_key, put_fp16, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
 from quantize.blocks.searches import qkx_quants, qx_quants
@@ -31,6 +31,7 @@ BATCH = 256  # blocks per batch: the lane arrays stay in L1/L2
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
 _HALF = F32(0.5)
+_INF = F32(np.inf)
 _IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in every _impl
 _IMPL_RDELTA = F32(0.05)
 
@@ -50,50 +51,66 @@ def _roundf(v):
     return t
 
 
+_INF_KEY = np.int32(0x7F800000)  # order_key(+inf); NaNs' keys lie beyond +-inf's
+_MINUS_INF_KEY = np.int32(-0x7F800001)  # order_key(-inf)
+
+
+@inline
+def _key_range(x, blk, lo, hi):
+    """The least and greatest :func:`order_key` of block ``blk``'s values and ``lo``/``hi``,
+    skipping NaNs as C's comparisons do; and whether every value is finite.
+
+    One pass of integer min/max (it vectorizes); a block holding a NaN (its key lies
+    beyond the infinities') is reduced again with the NaNs left out.
+    """
+    least = lo
+    greatest = hi
+    for j in range(x.shape[1]):  # 32, unknown to LLVM: vectorized rather than unrolled
+        key = order_key(x[blk, j])
+        least = min(least, key)
+        greatest = max(greatest, key)
+    finite = (greatest < _INF_KEY) & (least > _MINUS_INF_KEY)
+    if (greatest > _INF_KEY) | (least < _MINUS_INF_KEY):  # a NaN
+        least = lo
+        greatest = hi
+        for j in range(32):
+            key = order_key(x[blk, j])
+            inside = (key <= _INF_KEY) & (key >= _MINUS_INF_KEY)
+            least = min(least, pick(inside, key, lo))
+            greatest = max(greatest, pick(inside, key, hi))
+    return least, greatest, finite
+
+
 @inline
 def _first_abs_max(x, blk):
-    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block.
+    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block;
+    and whether the block's values are all finite.
 
-    The largest and the most negative value come from one pass of ordered-integer
-    reductions; only a tie of ``+a`` and ``-a`` needs C's "first one wins" scan.
-    Zeros and NaNs never win, as in C.
+    The largest and the most negative value come from :func:`_key_range`; only a tie of
+    ``+a`` and ``-a`` (or an all-zero block) needs C's "first one wins" scan. Zeros and
+    NaNs never win, as in C. No branch on which side wins: it is a coin flip per block.
     """
-    lo = np.int32(0)  # order_key(+0.0)
-    hi = np.int32(0)
-    for j in range(32):
-        key = order_key(x[blk, j])
-        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
-        lo = min(lo, key if inside else np.int32(0))
-        hi = max(hi, key if inside else np.int32(0))
+    lo, hi, finite = _key_range(x, blk, np.int32(0), np.int32(0))  # from order_key(+0.0)
     vlo = key_value(lo)
     vhi = key_value(hi)
-    if vhi > -vlo:
-        return vhi
-    if -vlo > vhi:
-        return vlo
-    if vhi == _ZERO:
-        return _ZERO
-    for j in range(32):
-        if np.abs(x[blk, j]) == vhi:
-            return x[blk, j]
-    return _ZERO
+    if vhi == -vlo:  # rare
+        if vhi == _ZERO:
+            return _ZERO, finite
+        for j in range(32):
+            if np.abs(x[blk, j]) == vhi:
+                return x[blk, j], finite
+    return pick(vhi > -vlo, vhi, vlo), finite
 
 
 @inline
 def _min_max(x, blk):
-    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``.
+    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``;
+    and whether the block's values are all finite.
 
-    Reduced as ordered integers; when an extreme is a zero, C kept the first zero it met
-    (``-0.0 < +0.0`` is false), whose sign is looked up.
+    When an extreme is a zero, C kept the first zero it met (``-0.0 < +0.0`` is false),
+    whose sign is looked up.
     """
-    lo = order_key(F32_MAX)
-    hi = order_key(-F32_MAX)
-    for j in range(32):
-        key = order_key(x[blk, j])
-        # NaN keys lie beyond the infinities' (C's comparisons never take a NaN)
-        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
-        lo = min(lo, key if inside else np.int32(0x7FFFFFFF))
-        hi = max(hi, key if inside else np.int32(-0x7FFFFFFF))
+    lo, hi, finite = _key_range(x, blk, order_key(F32_MAX), order_key(-F32_MAX))
     vlo = key_value(lo)
     vhi = key_value(hi)
     if vlo == _ZERO or vhi == _ZERO:
@@ -102,7 +119,12 @@ def _min_max(x, blk):
                 vlo = x[blk, j] if vlo == _ZERO else vlo
                 vhi = x[blk, j] if vhi == _ZERO else vhi
                 break
-    return vlo, vhi
+    return vlo, vhi, finite
+
+
+@inline
+def _finite(v):
+    return np.abs(v) < _INF
 
 
 @inline
@@ -150,18 +172,24 @@ def q8_0_ref(x, qw, blocks_per_row, out):
 
 
 @inline
-def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits):
+def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits, in_range):
     """Quantize one block and store its nibbles (and Q5's ``qh``) in one vectorizable pass.
 
     Level ``j`` is C's ``(x[j] - shift)*scale + bias`` converted to ``int8_t`` and capped
     at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
-    ``uint8_t`` C stores.
+    ``uint8_t`` C stores. ``in_range``: every such value is known to lie in ``[0, 2*top]``
+    (a finite block, a finite scale), so a plain conversion gives C's integers and the
+    guard for NaN and out-of-range values (:func:`c_trunc_i32`) is left out.
     """
     qh = Int(0)
-    for j in range(16):
+    half = x.shape[1] >> 1  # 16, unknown to LLVM: the loop is vectorized, not unrolled (which
+    for j in range(half):  # would leave it scalar: out might overlap x)
         v0 = (x[blk, j] - shift) * scale + bias
-        v1 = (x[blk, j + 16] - shift) * scale + bias
-        if via_int8:
+        v1 = (x[blk, j + half] - shift) * scale + bias
+        if in_range:
+            l0 = min(top, np.int32(v0))
+            l1 = min(top, np.int32(v1))
+        elif via_int8:
             l0 = min(top, np.int32(c_int8(v0))) & 0xFF
             l1 = min(top, np.int32(c_int8(v1))) & 0xFF
         else:
@@ -179,27 +207,43 @@ def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits)
 
 @inline
 def _symmetric_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``."""
+    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``.
+
+    With finite values and a finite ``1/d``, ``|x/d| <= nmax`` (within rounding): the
+    levels need no range guard.
+    """
     bias = f32(nmax) + _HALF
+    top = 2 * nmax - 1
     for blk in range(x.shape[0]):
-        d = _first_abs_max(x, blk) / f32(-nmax)
-        inv = _inverse(d)
+        signed_max, finite = _first_abs_max(x, blk)
+        d = signed_max / f32(-nmax)
+        inv = pick(d != _ZERO, _ONE / d, _ZERO)
         put_fp16(out, blk, 0, d)
         # MIN(2nmax-1, (int8_t)(x*id + nmax + .5f))
-        _store_levels(out, blk, 2, x, inv, _ZERO, bias, 2 * nmax - 1, True, five_bits)
+        if finite & _finite(inv):
+            _store_levels(out, blk, 2, x, inv, _ZERO, bias, top, True, five_bits, True)
+        else:
+            _store_levels(out, blk, 2, x, inv, _ZERO, bias, top, True, five_bits, False)
 
 
 @inline
 def _offset_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``."""
+    """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``.
+
+    With finite values, ``d`` and ``1/d``, ``(x - min)/d <= nmax`` (within rounding):
+    the levels need no range guard.
+    """
     for blk in range(x.shape[0]):
-        lo, hi = _min_max(x, blk)
+        lo, hi, finite = _min_max(x, blk)
         d = (hi - lo) / f32(nmax)
-        inv = _inverse(d)
+        inv = pick(d != _ZERO, _ONE / d, _ZERO)
         put_fp16(out, blk, 0, d)
         put_fp16(out, blk, 2, lo)
         # Q4_1: MIN(15, (int8_t)((x - min)*id + .5f)); Q5_1: (uint8_t)(...)
-        _store_levels(out, blk, 4, x, inv, lo, _HALF, 15, not five_bits, five_bits)
+        if finite & _finite(d) & _finite(inv):
+            _store_levels(out, blk, 4, x, inv, lo, _HALF, nmax, not five_bits, five_bits, True)
+        else:
+            _store_levels(out, blk, 4, x, inv, lo, _HALF, nmax, not five_bits, five_bits, False)
 
 
 @streaming_kernel
