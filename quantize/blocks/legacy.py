@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value, pick,
-                                 magnitude_key, order_key, put_fp16, streaming_kernel)
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp32_to_fp16, helper,
+                                 inline, kernel, key_value, magnitude_key, order_key, pick, put_fp16, row_key_range,
+                                 stack_array, store_nibbles_in_range, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
 from quantize.blocks.searches import qkx_quants, qx_quants
 
@@ -60,15 +61,12 @@ def _key_range(x, blk, lo, hi):
     """The least and greatest :func:`order_key` of block ``blk``'s values and ``lo``/``hi``,
     skipping NaNs as C's comparisons do; and whether every value is finite.
 
-    One pass of integer min/max (it vectorizes); a block holding a NaN (its key lies
-    beyond the infinities') is reduced again with the NaNs left out.
+    One vectorized pass of integer min/max; a block holding a NaN (its key lies beyond
+    the infinities') is reduced again with the NaNs left out.
     """
-    least = lo
-    greatest = hi
-    for j in range(x.shape[1]):  # 32, unknown to LLVM: vectorized rather than unrolled
-        key = order_key(x[blk, j])
-        least = min(least, key)
-        greatest = max(greatest, key)
+    least, greatest = row_key_range(x, blk)
+    least = min(least, lo)
+    greatest = max(greatest, hi)
     finite = (greatest < _INF_KEY) & (least > _MINUS_INF_KEY)
     if (greatest > _INF_KEY) | (least < _MINUS_INF_KEY):  # a NaN
         least = lo
@@ -96,9 +94,7 @@ def _first_abs_max(x, blk):
     if vhi == -vlo:  # rare
         if vhi == _ZERO:
             return _ZERO, finite
-        for j in range(32):
-            if np.abs(x[blk, j]) == vhi:
-                return x[blk, j], finite
+        return x[blk, first_equal(x, blk, vhi, True)], finite
     return pick(vhi > -vlo, vhi, vlo), finite
 
 
@@ -113,12 +109,10 @@ def _min_max(x, blk):
     lo, hi, finite = _key_range(x, blk, order_key(F32_MAX), order_key(-F32_MAX))
     vlo = key_value(lo)
     vhi = key_value(hi)
-    if vlo == _ZERO or vhi == _ZERO:
-        for j in range(32):
-            if x[blk, j] == _ZERO:
-                vlo = x[blk, j] if vlo == _ZERO else vlo
-                vhi = x[blk, j] if vhi == _ZERO else vhi
-                break
+    if vlo == _ZERO or vhi == _ZERO:  # rare
+        zero = x[blk, first_equal(x, blk, _ZERO, False)]
+        vlo = pick(vlo == _ZERO, zero, vlo)
+        vhi = pick(vhi == _ZERO, zero, vhi)
     return vlo, vhi, finite
 
 
@@ -172,24 +166,19 @@ def q8_0_ref(x, qw, blocks_per_row, out):
 
 
 @inline
-def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits, in_range):
-    """Quantize one block and store its nibbles (and Q5's ``qh``) in one vectorizable pass.
+def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits):
+    """Quantize one block with C's range guards and store its nibbles (and Q5's ``qh``).
 
     Level ``j`` is C's ``(x[j] - shift)*scale + bias`` converted to ``int8_t`` and capped
     at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
-    ``uint8_t`` C stores. ``in_range``: every such value is known to lie in ``[0, 2*top]``
-    (a finite block, a finite scale), so a plain conversion gives C's integers and the
-    guard for NaN and out-of-range values (:func:`c_trunc_i32`) is left out.
+    ``uint8_t`` C stores. For blocks whose values may be NaN or out of ``int`` range;
+    the others take :func:`store_nibbles_in_range`.
     """
     qh = Int(0)
-    half = x.shape[1] >> 1  # 16, unknown to LLVM: the loop is vectorized, not unrolled (which
-    for j in range(half):  # would leave it scalar: out might overlap x)
+    for j in range(16):
         v0 = (x[blk, j] - shift) * scale + bias
-        v1 = (x[blk, j + half] - shift) * scale + bias
-        if in_range:
-            l0 = min(top, np.int32(v0))
-            l1 = min(top, np.int32(v1))
-        elif via_int8:
+        v1 = (x[blk, j + 16] - shift) * scale + bias
+        if via_int8:
             l0 = min(top, np.int32(c_int8(v0))) & 0xFF
             l1 = min(top, np.int32(c_int8(v1))) & 0xFF
         else:
@@ -201,69 +190,91 @@ def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits,
         else:
             out[blk, at + j] = np.uint8((l0 | (l1 << 4)) & 0xFF)
     if five_bits:
-        for k in range(4):
-            out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
+        _store_u32(out, blk, at, qh)
 
 
 @inline
-def _symmetric_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``.
+def _store_u32(out, blk, at, word):
+    """``word`` as 4 little-endian bytes at ``out[blk, at:at+4]``."""
+    for k in range(4):
+        out[blk, at + k] = np.uint8((word >> (8 * k)) & 0xFF)
 
-    With finite values and a finite ``1/d``, ``|x/d| <= nmax`` (within rounding): the
-    levels need no range guard.
-    """
-    bias = f32(nmax) + _HALF
-    top = 2 * nmax - 1
-    for blk in range(x.shape[0]):
-        signed_max, finite = _first_abs_max(x, blk)
-        d = signed_max / f32(-nmax)
-        inv = pick(d != _ZERO, _ONE / d, _ZERO)
-        put_fp16(out, blk, 0, d)
-        # MIN(2nmax-1, (int8_t)(x*id + nmax + .5f))
-        if finite & _finite(inv):
-            _store_levels(out, blk, 2, x, inv, _ZERO, bias, top, True, five_bits, True)
-        else:
-            _store_levels(out, blk, 2, x, inv, _ZERO, bias, top, True, five_bits, False)
+
+REF_BATCH = 64  # blocks whose scales are computed together, 8 per vector
 
 
 @inline
-def _offset_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``.
+def _legacy_ref(x, out, nmax, with_min, five_bits):
+    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``;
+    ``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31) (``with_min``): ``d = (max-min)/nmax``, ``m = min``.
 
-    With finite values, ``d`` and ``1/d``, ``(x - min)/d <= nmax`` (within rounding):
-    the levels need no range guard.
+    Per batch: each block's extremes (one vectorized pass), then the scales of all its
+    blocks at once (8 blocks per vector: divisions and fp16 roundings), then each
+    block's levels. With finite values and a finite ``d`` and ``1/d``, ``|x/d| <= nmax``
+    up to rounding: those levels need no range guard (:func:`store_nibbles_in_range`).
     """
-    for blk in range(x.shape[0]):
-        lo, hi, finite = _min_max(x, blk)
-        d = (hi - lo) / f32(nmax)
-        inv = pick(d != _ZERO, _ONE / d, _ZERO)
-        put_fp16(out, blk, 0, d)
-        put_fp16(out, blk, 2, lo)
-        # Q4_1: MIN(15, (int8_t)((x - min)*id + .5f)); Q5_1: (uint8_t)(...)
-        if finite & _finite(d) & _finite(inv):
-            _store_levels(out, blk, 4, x, inv, lo, _HALF, nmax, not five_bits, five_bits, True)
-        else:
-            _store_levels(out, blk, 4, x, inv, lo, _HALF, nmax, not five_bits, five_bits, False)
+    lows = stack_array(REF_BATCH, np.float32)  # min, or the signed abs-max
+    highs = stack_array(REF_BATCH, np.float32)
+    in_range = stack_array(REF_BATCH, np.bool_)
+    inverse = stack_array(REF_BATCH, np.float32)
+    d_bits = stack_array(REF_BATCH, np.uint16)
+    m_bits = stack_array(REF_BATCH, np.uint16)
+    top = nmax if with_min else 2 * nmax - 1  # MIN(top, ...) in C; Q5_1 has none (and stays <= 31)
+    bias = _HALF if with_min else f32(nmax) + _HALF
+    at = 4 if with_min else 2  # after d (and m)
+    blocks = x.shape[0]
+    for first in range(0, blocks, REF_BATCH):
+        count = min(REF_BATCH, blocks - first)
+        for b in range(count):
+            if with_min:
+                lo, hi, finite = _min_max(x, first + b)
+            else:
+                lo, finite = _first_abs_max(x, first + b)
+                hi = lo
+            lows[b] = lo
+            highs[b] = hi
+            in_range[b] = finite
+        for b in range(count):
+            d = (highs[b] - lows[b]) / f32(nmax) if with_min else lows[b] / f32(-nmax)
+            inv = pick(d != _ZERO, _ONE / d, _ZERO)
+            inverse[b] = inv
+            in_range[b] = in_range[b] & _finite(d) & _finite(inv)
+            d_bits[b] = fp32_to_fp16(d)
+            m_bits[b] = fp32_to_fp16(lows[b])
+        for b in range(count):
+            blk = first + b
+            if with_min:
+                _store_u32(out, blk, 0, np.int32(d_bits[b]) | (np.int32(m_bits[b]) << 16))
+            else:
+                out[blk, 0] = np.uint8(d_bits[b] & 0xFF)
+                out[blk, 1] = np.uint8(d_bits[b] >> 8)
+            shift = lows[b] if with_min else _ZERO
+            if in_range[b]:
+                qh = store_nibbles_in_range(x, blk, shift, inverse[b], bias, top, out, blk, at + 4 if five_bits else at)
+                if five_bits:
+                    _store_u32(out, blk, at, qh)
+            else:  # Q4_0, Q5_0, Q4_1: MIN(top, (int8_t)(v)); Q5_1: (uint8_t)(v)
+                _store_levels(out, blk, at, x, inverse[b], shift, bias, top, not (with_min and five_bits), five_bits)
 
 
 @streaming_kernel
 def q4_0_ref(x, qw, blocks_per_row, out):
-    _symmetric_ref(x, out, 8, False)
+    _legacy_ref(x, out, 8, False, False)
 
 
 @streaming_kernel
 def q5_0_ref(x, qw, blocks_per_row, out):
-    _symmetric_ref(x, out, 16, True)
+    _legacy_ref(x, out, 16, False, True)
 
 
 @streaming_kernel
 def q4_1_ref(x, qw, blocks_per_row, out):
-    _offset_ref(x, out, 15, False)
+    _legacy_ref(x, out, 15, True, False)
 
 
 @streaming_kernel
 def q5_1_ref(x, qw, blocks_per_row, out):
-    _offset_ref(x, out, 31, True)
+    _legacy_ref(x, out, 31, True, True)
 
 
 # ---- with an imatrix: the _impl functions ------------------------------------------------------
