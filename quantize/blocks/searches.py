@@ -16,7 +16,8 @@ of them in one AVX2 register while each lane does C's scalar float32 steps in C'
 a branch per group (``if (cur_error < best_error)``) every lane computes both sides and
 selects. C's "stop when a refinement pass changed nothing" is kept per batch: a pass
 that changes nothing leaves a group's state as it was, so running it again on a
-converged group is a no-op and the batch may stop when no lane changed.
+converged group is a no-op and the batch may stop when no lane changed
+(:func:`q3_quants` goes on with only the lanes that changed).
 
 Outputs are per-lane arrays (``scale``, ``the_min``) and a ``levels`` array shaped like
 ``x`` (uint8, as C stores ``L``).
@@ -139,6 +140,34 @@ def _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, out_sumlx, out
 
 
 @helper
+def _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved):
+    """One pass of make_q3_quants' descent over every position of every lane (column);
+    ``moved[g]`` says whether lane ``g`` changed.
+
+    The lane sums go back and forth between two buffers (position i reads one and
+    writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
+    AVX masked stores, slower on Zen 3 than the rest of the pass.
+    """
+    n, lanes = x.shape
+    other_sumlx = np.empty(lanes, np.float32)
+    other_suml2 = np.empty(lanes, np.float32)
+    other_moved = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        moved[g] = _ZERO
+    for i in range(0, n - 1, 2):
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
+    if n % 2:
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+            sumlx[g] = other_sumlx[g]
+            suml2[g] = other_suml2[g]
+            moved[g] = other_moved[g]
+
+
+@helper
 def q3_quants(x, nmax, scale, levels):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
 
@@ -171,32 +200,50 @@ def q3_quants(x, nmax, scale, levels):
             cur[i, g] = level
             sumlx[g] += wx[i, g] * level
             suml2[g] += (weight * level) * level
-    # The lane sums go back and forth between two buffers (position i reads one and
-    # writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
-    # AVX masked stores, slower on Zen 3 than the rest of the pass.
-    other_sumlx = np.empty(lanes, np.float32)
-    other_suml2 = np.empty(lanes, np.float32)
+    # C stops a group after the first pass that changed nothing: most groups stop after
+    # one. The first pass runs on every lane; the next ones only on the lanes that
+    # changed in the pass before, gathered side by side (in the batch, one slow group
+    # of 256 held every lane for five passes; one lane at a time, a pass is a chain of
+    # dependent divisions).
     moved = np.empty(lanes, np.float32)
-    other_moved = np.empty(lanes, np.float32)
-    for _ in range(5):
-        for g in range(lanes):
-            moved[g] = _ZERO
-        for i in range(0, n - 1, 2):
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
-        if n % 2:
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-                sumlx[g] = other_sumlx[g]
-                suml2[g] = other_suml2[g]
-                moved[g] = other_moved[g]
-        changed = False
-        for g in range(lanes):
-            changed |= moved[g] != _ZERO
-        if not changed:
+    _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved)
+    active = np.empty(lanes, np.int64)
+    count = 0
+    for g in range(lanes):
+        if moved[g] != _ZERO:
+            active[count] = g
+            count += 1
+    for _ in range(4):
+        if count == 0:
             break
+        xa = np.empty((n, count), np.float32)
+        wa = np.empty((n, count), np.float32)
+        wxa = np.empty((n, count), np.float32)
+        cura = np.empty((n, count), np.float32)
+        sumlxa = np.empty(count, np.float32)
+        suml2a = np.empty(count, np.float32)
+        moveda = np.empty(count, np.float32)
+        for k in range(count):
+            g = active[k]
+            sumlxa[k] = sumlx[g]
+            suml2a[k] = suml2[g]
+            for i in range(n):
+                xa[i, k] = x[i, g]
+                wa[i, k] = w[i, g]
+                wxa[i, k] = wx[i, g]
+                cura[i, k] = cur[i, g]
+        _q3_pass(xa, wa, wxa, cura, lo, hi, sumlxa, suml2a, moveda)
+        still = 0
+        for k in range(count):
+            g = active[k]
+            sumlx[g] = sumlxa[k]
+            suml2[g] = suml2a[k]
+            for i in range(n):
+                cur[i, g] = cura[i, k]
+            if moveda[k] != _ZERO:
+                active[still] = g
+                still += 1
+        count = still
     fnmax = f32(nmax)
     for g in range(lanes):
         zero = not amax[g] >= GROUP_MAX_EPS
