@@ -307,8 +307,8 @@ def row_key_range(typingctx, x, row):
         first = _row_pointer(context, builder, signature, args)
         keys = []
         for k in range(4):
-            at = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
-            bits = builder.load(builder.bitcast(at, lanes.as_pointer()), typ=lanes, align=4)
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            bits = builder.load(builder.bitcast(eight, lanes.as_pointer()), typ=lanes, align=4)
             keys.append(_emit_order_flip(builder, bits))
 
         def reduce(kind):
@@ -340,8 +340,8 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
         return None
 
     def codegen(context, builder, signature, args):
-        i32, f32 = ir.IntType(32), ir.FloatType()
-        floats, ints = ir.VectorType(f32, 8), ir.VectorType(i32, 8)
+        i32 = ir.IntType(32)
+        floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
         shift, scale, bias, top, out = args[2:7]
         first = _row_pointer(context, builder, signature, args)
         shift, scale, bias = (_splat(builder, v, floats) for v in (shift, scale, bias))
@@ -349,8 +349,8 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
         smin = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.smin.v8i32")
         levels = []
         for k in range(4):
-            at = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
-            v = builder.load(builder.bitcast(at, floats.as_pointer()), typ=floats, align=4)
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            v = builder.load(builder.bitcast(eight, floats.as_pointer()), typ=floats, align=4)
             v = builder.fadd(builder.fmul(builder.fsub(v, shift), scale), bias)
             levels.append(builder.call(smin, [builder.fptosi(v, ints), top]))
         wide = ir.VectorType(i32, 16)
@@ -378,16 +378,16 @@ def first_equal(typingctx, x, row, value, absolute):
         return None
 
     def codegen(context, builder, signature, args):
-        i1, i32, f32 = ir.IntType(1), ir.IntType(32), ir.FloatType()
-        floats, ints = ir.VectorType(f32, 8), ir.VectorType(i32, 8)
+        i1, i32 = ir.IntType(1), ir.IntType(32)
+        floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
         first = _row_pointer(context, builder, signature, args)
         flag = context.cast(builder, args[3], signature.args[3], types.boolean)
         flag = builder.trunc(flag, i1) if flag.type != i1 else flag
         wanted = _splat(builder, args[2], floats)
         hits = []
         for k in range(4):
-            at = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
-            bits = builder.load(builder.bitcast(at, ints.as_pointer()), typ=ints, align=4)
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            bits = builder.load(builder.bitcast(eight, ints.as_pointer()), typ=ints, align=4)
             magnitude = builder.bitcast(builder.and_(bits, _constant(ints, 0x7FFFFFFF)), floats)
             v = builder.select(flag, magnitude, builder.bitcast(bits, floats))
             hits.append(builder.fcmp_ordered("==", v, wanted))

@@ -216,31 +216,26 @@ def q3_quants(x, nmax, scale, levels):
     for _ in range(4):
         if count == 0:
             break
-        xa = np.empty((n, count), np.float32)
-        wa = np.empty((n, count), np.float32)
-        wxa = np.empty((n, count), np.float32)
-        cura = np.empty((n, count), np.float32)
-        sumlxa = np.empty(count, np.float32)
-        suml2a = np.empty(count, np.float32)
-        moveda = np.empty(count, np.float32)
+        columns = np.empty((4, n, count), np.float32)  # x, w, wx and L of the lanes still moving
+        sums = np.empty((3, count), np.float32)  # their sumlx, suml2, moved
         for k in range(count):
             g = active[k]
-            sumlxa[k] = sumlx[g]
-            suml2a[k] = suml2[g]
+            sums[0, k] = sumlx[g]
+            sums[1, k] = suml2[g]
             for i in range(n):
-                xa[i, k] = x[i, g]
-                wa[i, k] = w[i, g]
-                wxa[i, k] = wx[i, g]
-                cura[i, k] = cur[i, g]
-        _q3_pass(xa, wa, wxa, cura, lo, hi, sumlxa, suml2a, moveda)
+                columns[0, i, k] = x[i, g]
+                columns[1, i, k] = w[i, g]
+                columns[2, i, k] = wx[i, g]
+                columns[3, i, k] = cur[i, g]
+        _q3_pass(columns[0], columns[1], columns[2], columns[3], lo, hi, sums[0], sums[1], sums[2])
         still = 0
         for k in range(count):
             g = active[k]
-            sumlx[g] = sumlxa[k]
-            suml2[g] = suml2a[k]
+            sumlx[g] = sums[0, k]
+            suml2[g] = sums[1, k]
             for i in range(n):
-                cur[i, g] = cura[i, k]
-            if moveda[k] != _ZERO:
+                cur[i, g] = columns[3, i, k]
+            if sums[2, k] != _ZERO:
                 active[still] = g
                 still += 1
         count = still
