@@ -222,10 +222,12 @@ def q3_quants(x, nmax, scale, levels):
             g = active[k]
             sums[0, k] = sumlx[g]
             sums[1, k] = suml2[g]
-            for i in range(n):
-                columns[0, i, k] = x[i, g]
-                columns[1, i, k] = w[i, g]
-                columns[2, i, k] = wx[i, g]
+            for i in range(n):  # the weights again, as above (fewer loads than copying them)
+                v = x[i, g]
+                weight = v * v
+                columns[0, i, k] = v
+                columns[1, i, k] = weight
+                columns[2, i, k] = weight * v
                 columns[3, i, k] = cur[i, g]
         _q3_pass(columns[0], columns[1], columns[2], columns[3], lo, hi, sums[0], sums[1], sums[2])
         still = 0
