@@ -37,7 +37,7 @@ from typing import Callable, Optional
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.core import caching
+from numba.core import caching, cgutils
 from numba.extending import intrinsic
 
 F32 = np.float32
@@ -192,9 +192,15 @@ def _emit_nearest_int(builder, value):
 def _emit_order_flip(builder, bits):
     """LLVM IR of the involution between float32 bits and :func:`order_key`: flip the
     magnitude bits of negative values (``bits ^ ((bits >> 31) & 0x7fffffff)``)."""
-    i32 = ir.IntType(32)
-    negative = builder.ashr(bits, ir.Constant(i32, 31))
-    return builder.xor(bits, builder.and_(negative, ir.Constant(i32, 0x7FFFFFFF)))
+    negative = builder.ashr(bits, _constant(bits.type, 31))
+    return builder.xor(bits, builder.and_(negative, _constant(bits.type, 0x7FFFFFFF)))
+
+
+def _constant(of_type, value):
+    """An LLVM constant of an integer type, or ``value`` in every lane of a vector type."""
+    if isinstance(of_type, ir.VectorType):
+        return ir.Constant(of_type, [ir.Constant(of_type.element, value)] * of_type.count)
+    return ir.Constant(of_type, value)
 
 
 @intrinsic
@@ -283,6 +289,140 @@ def key_value(typingctx, key):
 
 
 @intrinsic
+def row_key_range(typingctx, x, row):
+    """``(min, max)`` of :func:`order_key` over ``x[row, 0:32]`` (a C-contiguous float32 array
+    with rows of at least 32), NaNs included.
+
+    Written as four 8-lane vectors and LLVM's vector reductions: the same integer
+    min/max as a loop, without the loop's set-up per row (a loop the vectorizer handles
+    needs a run-time trip count, and unrolled LLVM leaves it scalar).
+    """
+    if not (isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and x.dtype == types.float32
+            and isinstance(row, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        lanes = ir.VectorType(i32, 8)
+        first = _row_pointer(context, builder, signature, args)
+        keys = []
+        for k in range(4):
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            bits = builder.load(builder.bitcast(eight, lanes.as_pointer()), typ=lanes, align=4)
+            keys.append(_emit_order_flip(builder, bits))
+
+        def reduce(kind):
+            pairwise = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lanes, [lanes, lanes]),
+                                                      f"llvm.{kind}.v8i32")
+            across = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [lanes]),
+                                                    f"llvm.vector.reduce.{kind}.v8i32")
+            both = builder.call(pairwise, [builder.call(pairwise, keys[:2]), builder.call(pairwise, keys[2:])])
+            return builder.call(across, [both])
+        return context.make_tuple(builder, signature.return_type, [reduce("smin"), reduce("smax")])
+    return types.UniTuple(types.int32, 2)(x, row), codegen
+
+
+@intrinsic
+def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_row, at):
+    """Levels ``L[j] = min(top, (int)((x[row, j] - shift)*scale + bias))`` of one 32-value
+    block, stored as ``out[out_row, at + j] = L[j] & 0xF | (L[j+16] & 0xF) << 4``
+    (j = 0..15); returns the 32-bit word whose bit ``j`` is bit 4 of ``L[j]`` (Q5's ``qh``).
+
+    The caller guarantees every ``(x - shift)*scale + bias`` lies in ``[0, 2**31)``: the
+    conversion is a plain truncation (C's, for such values). Float32 steps in C's order,
+    as four 8-lane vectors; the bit-4 word is one ``movmsk`` per vector.
+    """
+    if not (isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and x.dtype == types.float32
+            and isinstance(out, types.Array) and out.ndim == 2 and out.layout == "C" and out.dtype == types.uint8
+            and shift == scale == bias == types.float32 and isinstance(top, types.Integer)
+            and isinstance(row, types.Integer) and isinstance(out_row, types.Integer)
+            and isinstance(at, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
+        shift, scale, bias, top, out = args[2:7]
+        first = _row_pointer(context, builder, signature, args)
+        shift, scale, bias = (_splat(builder, v, floats) for v in (shift, scale, bias))
+        top = _splat(builder, context.cast(builder, top, signature.args[5], types.int32), ints)
+        smin = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.smin.v8i32")
+        levels = []
+        for k in range(4):
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            v = builder.load(builder.bitcast(eight, floats.as_pointer()), typ=floats, align=4)
+            v = builder.fadd(builder.fmul(builder.fsub(v, shift), scale), bias)
+            levels.append(builder.call(smin, [builder.fptosi(v, ints), top]))
+        wide = ir.VectorType(i32, 16)
+        low, high = _concatenate(builder, levels[:2]), _concatenate(builder, levels[2:])
+        nibbles = builder.or_(builder.and_(low, _constant(wide, 0xF)),
+                              builder.shl(builder.and_(high, _constant(wide, 0xF)), _constant(wide, 4)))
+        packed = builder.trunc(nibbles, ir.VectorType(ir.IntType(8), 16))
+        target = context.make_array(signature.args[6])(context, builder, out)
+        where = cgutils.get_item_pointer(context, builder, signature.args[6], target,
+                                         [context.cast(builder, args[k], signature.args[k], types.intp) for k in (7, 8)])
+        builder.store(packed, builder.bitcast(where, packed.type.as_pointer()), align=1)
+        bit4 = [builder.icmp_unsigned("!=", builder.and_(v, _constant(ints, 0x10)), _constant(ints, 0)) for v in levels]
+        return builder.bitcast(_concatenate(builder, bit4), i32)
+    return types.int32(x, row, shift, scale, bias, top, out, out_row, at), codegen
+
+
+@intrinsic
+def first_equal(typingctx, x, row, value, absolute):
+    """The first ``j`` with ``x[row, j] == value`` (``fabsf(x[row, j]) == value`` when
+    ``absolute``) in a 32-value row, or 32: C's "the first one wins" scans, as one
+    compare per 8 values and a count of trailing zeros (no loop for LLVM to unroll and
+    hoist into the common path)."""
+    if not (isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and x.dtype == types.float32
+            and isinstance(row, types.Integer) and value == types.float32 and isinstance(absolute, types.Boolean)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i1, i32 = ir.IntType(1), ir.IntType(32)
+        floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
+        first = _row_pointer(context, builder, signature, args)
+        flag = context.cast(builder, args[3], signature.args[3], types.boolean)
+        flag = builder.trunc(flag, i1) if flag.type != i1 else flag
+        wanted = _splat(builder, args[2], floats)
+        hits = []
+        for k in range(4):
+            eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
+            bits = builder.load(builder.bitcast(eight, ints.as_pointer()), typ=ints, align=4)
+            magnitude = builder.bitcast(builder.and_(bits, _constant(ints, 0x7FFFFFFF)), floats)
+            v = builder.select(flag, magnitude, builder.bitcast(bits, floats))
+            hits.append(builder.fcmp_ordered("==", v, wanted))
+        mask = builder.bitcast(_concatenate(builder, hits), i32)
+        count = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
+        return builder.zext(builder.call(count, [mask, ir.Constant(i1, 0)]), ir.IntType(64))
+    return types.int64(x, row, value, absolute), codegen
+
+
+def _row_pointer(context, builder, signature, args):
+    """Pointer to ``x[row, 0]`` of an intrinsic called as ``(x, row, ...)``."""
+    array = context.make_array(signature.args[0])(context, builder, args[0])
+    row = context.cast(builder, args[1], signature.args[1], types.intp)
+    return cgutils.get_item_pointer(context, builder, signature.args[0], array,
+                                    [row, context.get_constant(types.intp, 0)])
+
+
+def _splat(builder, value, vector_type):
+    """``value`` in every lane of ``vector_type``."""
+    undef = ir.Constant(vector_type, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), vector_type.count),
+                                                          [0] * vector_type.count))
+
+
+def _concatenate(builder, vectors):
+    """One vector of the lanes of ``vectors`` (all of one type), in order."""
+    while len(vectors) > 1:
+        lanes = 2 * vectors[0].type.count
+        order = ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(lanes)))
+        vectors = [builder.shuffle_vector(a, b, order) for a, b in zip(vectors[::2], vectors[1::2])]
+    return vectors[0]
+
+
+@intrinsic
 def magnitude_key(typingctx, value):
     """``fabsf(value)`` as an int32 that orders like it; NaN -> 0, so that it never wins."""
     if value != types.float32:
@@ -294,6 +434,32 @@ def magnitude_key(typingctx, value):
         nan = builder.icmp_signed(">", bits, ir.Constant(i32, 0x7F800000))
         return builder.select(nan, ir.Constant(i32, 0), bits)
     return types.int32(types.float32), codegen
+
+
+@intrinsic
+def stack_array(typingctx, count, dtype):
+    """``np.empty(count, dtype)`` on the kernel's stack (``count`` a constant).
+
+    For scratch space in kernels compiled without numba's runtime (which cannot
+    allocate), and LLVM knows it overlaps no argument: loops that read an input array
+    and write one of these need no run-time overlap check to vectorize. Valid until the
+    kernel returns (the ``alloca`` sits in its entry block, also when inlined).
+    """
+    if not isinstance(count, types.IntegerLiteral) or not isinstance(dtype, (types.NumberClass, types.DType)):
+        return None
+    element = dtype.instance_type if isinstance(dtype, types.NumberClass) else dtype.dtype
+    array = types.Array(element, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        data_type = context.get_data_type(element)
+        size = context.get_abi_sizeof(data_type)
+        made = context.make_array(array)(context, builder)
+        intp = context.get_value_type(types.intp)
+        context.populate_array(made, data=cgutils.alloca_once(builder, data_type, size=count.literal_value),
+                               shape=[ir.Constant(intp, count.literal_value)], strides=[ir.Constant(intp, size)],
+                               itemsize=ir.Constant(intp, size), meminfo=None)
+        return made._getvalue()
+    return array(count, dtype), codegen
 
 
 # ---- small helpers -----------------------------------------------------------------------

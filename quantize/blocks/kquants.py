@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.jit import (F32, GROUP_MAX_EPS, Flag, Int, f32, fp16_to_fp32, helper, inline, kernel, nearest_f,
-                                 nearest_int, pick, put_fp16)
+                                 nearest_int, pick, put_fp16, stack_array)
 from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
 from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
 
@@ -297,22 +297,41 @@ def _q3_k(x, qw, blocks_per_row, out, with_imatrix):
                 g = j * count + b
                 step[g] = d * f32(six[g] - 32)
         _requantize(xt, step, step, Flag(False), Int(-4), Int(3), Int(4), found, levels)
+        _pack_q3(out, first, count, levels)
+
+
+_Q3_PACKED_BYTES = 96 * BATCH  # hmask and qs of a batch
+
+
+@helper
+def _pack_q3(out, first, count, levels):
+    """Q3_K's ``hmask`` (bit ``t`` of byte ``l``: level of value ``32t + l`` > 3) and 2-bit
+    ``qs`` (the level's low 2 bits: ``level - 4`` when it is > 3) for a batch of blocks.
+
+    Block ``b``'s level of value ``v`` is ``levels[v % 16, (v // 16)*count + b]``: for a
+    given byte the blocks are contiguous, so each byte is computed for the whole batch
+    in one vectorized loop into ``packed[byte, b]``, then copied to the blocks (a loop
+    per block read every level on its own, and a loop storing to ``out`` stayed scalar).
+    """
+    packed = stack_array(_Q3_PACKED_BYTES, np.uint8)
+    for l in range(32):
         for b in range(count):
-            blk = first + b
-            for l in range(32):
+            byte = 0
+            for t in range(8):
+                v = 32 * t + l
+                byte |= np.int32(levels[v % 16, (v // 16) * count + b] > 3) << t
+            packed[l * BATCH + b] = np.uint8(byte & 0xFF)
+    for h in range(2):
+        for l in range(32):
+            for b in range(count):
                 byte = 0
-                for t in range(8):  # no branch: level > 3 is a coin flip per value
-                    byte |= np.int32(_level(levels, count, 16, b, 32 * t + l) > 3) << t
-                out[blk, l] = np.uint8(byte)
-            for h in range(2):
-                for l in range(32):
-                    v = 128 * h + l
-                    byte = 0
-                    for k in range(4):
-                        level = _level(levels, count, 16, b, v + 32 * k)
-                        level = level - 4 if level > 3 else level
-                        byte |= level << (2 * k)
-                    out[blk, 32 + 32 * h + l] = np.uint8(byte & 0xFF)
+                for k in range(4):
+                    v = 128 * h + l + 32 * k
+                    byte |= (np.int32(levels[v % 16, (v // 16) * count + b]) & 3) << (2 * k)
+                packed[(32 + 32 * h + l) * BATCH + b] = np.uint8(byte & 0xFF)
+    for b in range(count):
+        for j in range(96):
+            out[first + b, j] = packed[j * BATCH + b]
 
 
 @kernel

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, helper, inline, kernel, key_value,
-                                 magnitude_key, order_key, put_fp16, streaming_kernel)
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp32_to_fp16, helper,
+                                 inline, kernel, key_value, magnitude_key, order_key, pick, put_fp16, row_key_range,
+                                 stack_array, store_nibbles_in_range, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
 from quantize.blocks.searches import qkx_quants, qx_quants
 
@@ -31,6 +32,7 @@ BATCH = 256  # blocks per batch: the lane arrays stay in L1/L2
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
 _HALF = F32(0.5)
+_INF = F32(np.inf)
 _IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in every _impl
 _IMPL_RDELTA = F32(0.05)
 
@@ -50,59 +52,73 @@ def _roundf(v):
     return t
 
 
+_INF_KEY = np.int32(0x7F800000)  # order_key(+inf); NaNs' keys lie beyond +-inf's
+_MINUS_INF_KEY = np.int32(-0x7F800001)  # order_key(-inf)
+
+
+@inline
+def _key_range(x, blk, lo, hi):
+    """The least and greatest :func:`order_key` of block ``blk``'s values and ``lo``/``hi``,
+    skipping NaNs as C's comparisons do; and whether every value is finite.
+
+    One vectorized pass of integer min/max; a block holding a NaN (its key lies beyond
+    the infinities') is reduced again with the NaNs left out.
+    """
+    least, greatest = row_key_range(x, blk)
+    least = min(least, lo)
+    greatest = max(greatest, hi)
+    finite = (greatest < _INF_KEY) & (least > _MINUS_INF_KEY)
+    if (greatest > _INF_KEY) | (least < _MINUS_INF_KEY):  # a NaN
+        least = lo
+        greatest = hi
+        for j in range(32):
+            key = order_key(x[blk, j])
+            inside = (key <= _INF_KEY) & (key >= _MINUS_INF_KEY)
+            least = min(least, pick(inside, key, lo))
+            greatest = max(greatest, pick(inside, key, hi))
+    return least, greatest, finite
+
+
 @inline
 def _first_abs_max(x, blk):
-    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block.
+    """C's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0 over one block;
+    and whether the block's values are all finite.
 
-    The largest and the most negative value come from one pass of ordered-integer
-    reductions; only a tie of ``+a`` and ``-a`` needs C's "first one wins" scan.
-    Zeros and NaNs never win, as in C.
+    The largest and the most negative value come from :func:`_key_range`; only a tie of
+    ``+a`` and ``-a`` (or an all-zero block) needs C's "first one wins" scan. Zeros and
+    NaNs never win, as in C. No branch on which side wins: it is a coin flip per block.
     """
-    lo = np.int32(0)  # order_key(+0.0)
-    hi = np.int32(0)
-    for j in range(32):
-        key = order_key(x[blk, j])
-        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
-        lo = min(lo, key if inside else np.int32(0))
-        hi = max(hi, key if inside else np.int32(0))
+    lo, hi, finite = _key_range(x, blk, np.int32(0), np.int32(0))  # from order_key(+0.0)
     vlo = key_value(lo)
     vhi = key_value(hi)
-    if vhi > -vlo:
-        return vhi
-    if -vlo > vhi:
-        return vlo
-    if vhi == _ZERO:
-        return _ZERO
-    for j in range(32):
-        if np.abs(x[blk, j]) == vhi:
-            return x[blk, j]
-    return _ZERO
+    if vhi == -vlo:  # rare
+        if vhi == _ZERO:
+            return _ZERO, finite
+        return x[blk, first_equal(x, blk, vhi, True)], finite
+    return pick(vhi > -vlo, vhi, vlo), finite
 
 
 @inline
 def _min_max(x, blk):
-    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``.
+    """C's ``if (v < min) min = v; if (v > max) max = v;`` from ``FLT_MAX``/``-FLT_MAX``;
+    and whether the block's values are all finite.
 
-    Reduced as ordered integers; when an extreme is a zero, C kept the first zero it met
-    (``-0.0 < +0.0`` is false), whose sign is looked up.
+    When an extreme is a zero, C kept the first zero it met (``-0.0 < +0.0`` is false),
+    whose sign is looked up.
     """
-    lo = order_key(F32_MAX)
-    hi = order_key(-F32_MAX)
-    for j in range(32):
-        key = order_key(x[blk, j])
-        # NaN keys lie beyond the infinities' (C's comparisons never take a NaN)
-        inside = (key <= np.int32(0x7F800000)) & (key >= np.int32(-0x7F800001))
-        lo = min(lo, key if inside else np.int32(0x7FFFFFFF))
-        hi = max(hi, key if inside else np.int32(-0x7FFFFFFF))
+    lo, hi, finite = _key_range(x, blk, order_key(F32_MAX), order_key(-F32_MAX))
     vlo = key_value(lo)
     vhi = key_value(hi)
-    if vlo == _ZERO or vhi == _ZERO:
-        for j in range(32):
-            if x[blk, j] == _ZERO:
-                vlo = x[blk, j] if vlo == _ZERO else vlo
-                vhi = x[blk, j] if vhi == _ZERO else vhi
-                break
-    return vlo, vhi
+    if vlo == _ZERO or vhi == _ZERO:  # rare
+        zero = x[blk, first_equal(x, blk, _ZERO, False)]
+        vlo = pick(vlo == _ZERO, zero, vlo)
+        vhi = pick(vhi == _ZERO, zero, vhi)
+    return vlo, vhi, finite
+
+
+@inline
+def _finite(v):
+    return np.abs(v) < _INF
 
 
 @inline
@@ -151,11 +167,12 @@ def q8_0_ref(x, qw, blocks_per_row, out):
 
 @inline
 def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits):
-    """Quantize one block and store its nibbles (and Q5's ``qh``) in one vectorizable pass.
+    """Quantize one block with C's range guards and store its nibbles (and Q5's ``qh``).
 
     Level ``j`` is C's ``(x[j] - shift)*scale + bias`` converted to ``int8_t`` and capped
     at ``top`` (``via_int8``), or converted straight to ``uint8_t`` (Q5_1), kept as the
-    ``uint8_t`` C stores.
+    ``uint8_t`` C stores. For blocks whose values may be NaN or out of ``int`` range;
+    the others take :func:`store_nibbles_in_range`.
     """
     qh = Int(0)
     for j in range(16):
@@ -173,53 +190,91 @@ def _store_levels(out, blk, at, x, scale, shift, bias, top, via_int8, five_bits)
         else:
             out[blk, at + j] = np.uint8((l0 | (l1 << 4)) & 0xFF)
     if five_bits:
-        for k in range(4):
-            out[blk, at + k] = np.uint8((qh >> (8 * k)) & 0xFF)
+        _store_u32(out, blk, at, qh)
 
 
 @inline
-def _symmetric_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``."""
-    bias = f32(nmax) + _HALF
-    for blk in range(x.shape[0]):
-        d = _first_abs_max(x, blk) / f32(-nmax)
-        inv = _inverse(d)
-        put_fp16(out, blk, 0, d)
-        # MIN(2nmax-1, (int8_t)(x*id + nmax + .5f))
-        _store_levels(out, blk, 2, x, inv, _ZERO, bias, 2 * nmax - 1, True, five_bits)
+def _store_u32(out, blk, at, word):
+    """``word`` as 4 little-endian bytes at ``out[blk, at:at+4]``."""
+    for k in range(4):
+        out[blk, at + k] = np.uint8((word >> (8 * k)) & 0xFF)
+
+
+REF_BATCH = 64  # blocks whose scales are computed together, 8 per vector
 
 
 @inline
-def _offset_ref(x, out, nmax, five_bits):
-    """``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31): ``d = (max-min)/nmax``, ``m = min``."""
-    for blk in range(x.shape[0]):
-        lo, hi = _min_max(x, blk)
-        d = (hi - lo) / f32(nmax)
-        inv = _inverse(d)
-        put_fp16(out, blk, 0, d)
-        put_fp16(out, blk, 2, lo)
-        # Q4_1: MIN(15, (int8_t)((x - min)*id + .5f)); Q5_1: (uint8_t)(...)
-        _store_levels(out, blk, 4, x, inv, lo, _HALF, 15, not five_bits, five_bits)
+def _legacy_ref(x, out, nmax, with_min, five_bits):
+    """``quantize_row_q4_0_ref`` (nmax 8) / ``q5_0_ref`` (16): ``d = max/-nmax``, ``q = x/d + nmax``;
+    ``quantize_row_q4_1_ref`` (nmax 15) / ``q5_1_ref`` (31) (``with_min``): ``d = (max-min)/nmax``, ``m = min``.
+
+    Per batch: each block's extremes (one vectorized pass), then the scales of all its
+    blocks at once (8 blocks per vector: divisions and fp16 roundings), then each
+    block's levels. With finite values and a finite ``d`` and ``1/d``, ``|x/d| <= nmax``
+    up to rounding: those levels need no range guard (:func:`store_nibbles_in_range`).
+    """
+    lows = stack_array(REF_BATCH, np.float32)  # min, or the signed abs-max
+    highs = stack_array(REF_BATCH, np.float32)
+    in_range = stack_array(REF_BATCH, np.bool_)
+    inverse = stack_array(REF_BATCH, np.float32)
+    d_bits = stack_array(REF_BATCH, np.uint16)
+    m_bits = stack_array(REF_BATCH, np.uint16)
+    top = nmax if with_min else 2 * nmax - 1  # MIN(top, ...) in C; Q5_1 has none (and stays <= 31)
+    bias = _HALF if with_min else f32(nmax) + _HALF
+    at = 4 if with_min else 2  # after d (and m)
+    blocks = x.shape[0]
+    for first in range(0, blocks, REF_BATCH):
+        count = min(REF_BATCH, blocks - first)
+        for b in range(count):
+            if with_min:
+                lo, hi, finite = _min_max(x, first + b)
+            else:
+                lo, finite = _first_abs_max(x, first + b)
+                hi = lo
+            lows[b] = lo
+            highs[b] = hi
+            in_range[b] = finite
+        for b in range(count):
+            d = (highs[b] - lows[b]) / f32(nmax) if with_min else lows[b] / f32(-nmax)
+            inv = pick(d != _ZERO, _ONE / d, _ZERO)
+            inverse[b] = inv
+            in_range[b] = in_range[b] & _finite(d) & _finite(inv)
+            d_bits[b] = fp32_to_fp16(d)
+            m_bits[b] = fp32_to_fp16(lows[b])
+        for b in range(count):
+            blk = first + b
+            if with_min:
+                _store_u32(out, blk, 0, np.int32(d_bits[b]) | (np.int32(m_bits[b]) << 16))
+            else:
+                out[blk, 0] = np.uint8(d_bits[b] & 0xFF)
+                out[blk, 1] = np.uint8(d_bits[b] >> 8)
+            shift = lows[b] if with_min else _ZERO
+            if in_range[b]:
+                qh = store_nibbles_in_range(x, blk, shift, inverse[b], bias, top, out, blk, at + 4 if five_bits else at)
+                if five_bits:
+                    _store_u32(out, blk, at, qh)
+            else:  # Q4_0, Q5_0, Q4_1: MIN(top, (int8_t)(v)); Q5_1: (uint8_t)(v)
+                _store_levels(out, blk, at, x, inverse[b], shift, bias, top, not (with_min and five_bits), five_bits)
 
 
 @streaming_kernel
 def q4_0_ref(x, qw, blocks_per_row, out):
-    _symmetric_ref(x, out, 8, False)
+    _legacy_ref(x, out, 8, False, False)
 
 
 @streaming_kernel
 def q5_0_ref(x, qw, blocks_per_row, out):
-    _symmetric_ref(x, out, 16, True)
+    _legacy_ref(x, out, 16, False, True)
 
 
 @streaming_kernel
 def q4_1_ref(x, qw, blocks_per_row, out):
-    _offset_ref(x, out, 15, False)
+    _legacy_ref(x, out, 15, True, False)
 
 
 @streaming_kernel
 def q5_1_ref(x, qw, blocks_per_row, out):
-    _offset_ref(x, out, 31, True)
+    _legacy_ref(x, out, 31, True, True)
 
 
 # ---- with an imatrix: the _impl functions ------------------------------------------------------

@@ -16,7 +16,8 @@ of them in one AVX2 register while each lane does C's scalar float32 steps in C'
 a branch per group (``if (cur_error < best_error)``) every lane computes both sides and
 selects. C's "stop when a refinement pass changed nothing" is kept per batch: a pass
 that changes nothing leaves a group's state as it was, so running it again on a
-converged group is a no-op and the batch may stop when no lane changed.
+converged group is a no-op and the batch may stop when no lane changed
+(:func:`q3_quants` goes on with only the lanes that changed).
 
 Outputs are per-lane arrays (``scale``, ``the_min``) and a ``levels`` array shaped like
 ``x`` (uint8, as C stores ``L``).
@@ -139,6 +140,34 @@ def _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, out_sumlx, out
 
 
 @helper
+def _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved):
+    """One pass of make_q3_quants' descent over every position of every lane (column);
+    ``moved[g]`` says whether lane ``g`` changed.
+
+    The lane sums go back and forth between two buffers (position i reads one and
+    writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
+    AVX masked stores, slower on Zen 3 than the rest of the pass.
+    """
+    n, lanes = x.shape
+    other_sumlx = np.empty(lanes, np.float32)
+    other_suml2 = np.empty(lanes, np.float32)
+    other_moved = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        moved[g] = _ZERO
+    for i in range(0, n - 1, 2):
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
+    if n % 2:
+        for g in range(lanes):
+            _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
+            sumlx[g] = other_sumlx[g]
+            suml2[g] = other_suml2[g]
+            moved[g] = other_moved[g]
+
+
+@helper
 def q3_quants(x, nmax, scale, levels):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
 
@@ -171,32 +200,47 @@ def q3_quants(x, nmax, scale, levels):
             cur[i, g] = level
             sumlx[g] += wx[i, g] * level
             suml2[g] += (weight * level) * level
-    # The lane sums go back and forth between two buffers (position i reads one and
-    # writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
-    # AVX masked stores, slower on Zen 3 than the rest of the pass.
-    other_sumlx = np.empty(lanes, np.float32)
-    other_suml2 = np.empty(lanes, np.float32)
+    # C stops a group after the first pass that changed nothing: most groups stop after
+    # one. The first pass runs on every lane; the next ones only on the lanes that
+    # changed in the pass before, gathered side by side (in the batch, one slow group
+    # of 256 held every lane for five passes; one lane at a time, a pass is a chain of
+    # dependent divisions).
     moved = np.empty(lanes, np.float32)
-    other_moved = np.empty(lanes, np.float32)
-    for _ in range(5):
-        for g in range(lanes):
-            moved[g] = _ZERO
-        for i in range(0, n - 1, 2):
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
-        if n % 2:
-            for g in range(lanes):
-                _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-                sumlx[g] = other_sumlx[g]
-                suml2[g] = other_suml2[g]
-                moved[g] = other_moved[g]
-        changed = False
-        for g in range(lanes):
-            changed |= moved[g] != _ZERO
-        if not changed:
+    _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved)
+    active = np.empty(lanes, np.int64)
+    count = 0
+    for g in range(lanes):
+        if moved[g] != _ZERO:
+            active[count] = g
+            count += 1
+    for _ in range(4):
+        if count == 0:
             break
+        columns = np.empty((4, n, count), np.float32)  # x, w, wx and L of the lanes still moving
+        sums = np.empty((3, count), np.float32)  # their sumlx, suml2, moved
+        for k in range(count):
+            g = active[k]
+            sums[0, k] = sumlx[g]
+            sums[1, k] = suml2[g]
+            for i in range(n):  # the weights again, as above (fewer loads than copying them)
+                v = x[i, g]
+                weight = v * v
+                columns[0, i, k] = v
+                columns[1, i, k] = weight
+                columns[2, i, k] = weight * v
+                columns[3, i, k] = cur[i, g]
+        _q3_pass(columns[0], columns[1], columns[2], columns[3], lo, hi, sums[0], sums[1], sums[2])
+        still = 0
+        for k in range(count):
+            g = active[k]
+            sumlx[g] = sums[0, k]
+            suml2[g] = sums[1, k]
+            for i in range(n):
+                cur[i, g] = columns[3, i, k]
+            if sums[2, k] != _ZERO:
+                active[still] = g
+                still += 1
+        count = still
     fnmax = f32(nmax)
     for g in range(lanes):
         zero = not amax[g] >= GROUP_MAX_EPS
