@@ -14,10 +14,11 @@ target and renamed only when complete (:func:`app.core.jobs.atomic_output`).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence, Union
 
 import numpy as np
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
@@ -103,8 +104,25 @@ def planned_file_size(arch: str, metadata: Sequence[MetadataEntry], planned: Seq
     return len(header) + sum(padded(p.nbytes, alignment) for p in planned)
 
 
-#: ``encode(tensor_index, values_f32) -> one uint8 array per output, in output order``
-MultiEncoder = Callable[[int, np.ndarray], Sequence[np.ndarray]]
+class PendingEncoding(Protocol):
+    """Encoding still running elsewhere (the quantizer's thread pool)."""
+
+    def result(self) -> Sequence[np.ndarray]:
+        """Wait for the encoded arrays, one per output, in output order."""
+        ...
+
+    def cancel(self) -> None:
+        """Drop the work not started yet (on cancel or another stage's failure)."""
+        ...
+
+
+# How far the stages of _pipeline run ahead of each other (memory: see there).
+_ENCODINGS_STARTED = 2
+_WRITES_QUEUED = 2
+
+#: ``encode(tensor_index, values) -> one uint8 array per output, in output order``, or a
+#: :class:`PendingEncoding` of them
+MultiEncoder = Callable[[int, np.ndarray], Union[Sequence[np.ndarray], PendingEncoding]]
 
 
 def write_ggufs(
@@ -113,6 +131,7 @@ def write_ggufs(
     encode: MultiEncoder,
     cancel: Optional[CancelToken] = None,
     load: Callable[[SourceTensor], np.ndarray] = lambda tensor: tensor.load(),
+    release: Callable[[SourceTensor], None] = lambda tensor: None,
 ) -> list[Path]:
     """Write several GGUF files from one pass over ``tensors``, each loaded once.
 
@@ -122,7 +141,8 @@ def write_ggufs(
     on cancel or error every temporary file is removed and no target is touched.
     Progress is the caller's to report (from ``encode``), because only the caller knows
     what a unit of work costs. ``load`` gives ``encode`` its values (float32 by default;
-    the quantizer takes them as stored and widens them chunk by chunk).
+    the quantizer takes them as stored and widens them chunk by chunk); ``release(tensor)``
+    runs once a tensor's bytes are written (and its encoding is over).
     """
     for out in outputs:
         if [p.tensor.name for p in out.planned] != [t.name for t in tensors]:
@@ -131,7 +151,10 @@ def write_ggufs(
         files = []
         for out in outputs:
             tmp = stack.enter_context(atomic_output(out.target))
-            fh = stack.enter_context(open(tmp, "wb"))
+            # "r+b", not "wb": the temporary file exists (empty), and truncating it makes
+            # ext4 (auto_da_alloc) write the whole file back when it is closed: measured
+            # 0.02-0.16 s of a 0.3 s job on a 271 MB output.
+            fh = stack.enter_context(open(tmp, "r+b"))
             fh.write(header_bytes(out.arch, out.metadata, _tensor_infos(out.planned), out.alignment))
             files.append(fh)
 
@@ -140,8 +163,9 @@ def write_ggufs(
                 planned = out.planned[i]
                 if data.nbytes != planned.nbytes:
                     raise RuntimeError(f"{tensors[i].name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
-                np.ascontiguousarray(data).view(np.uint8).reshape(-1).tofile(fh)
+                fh.write(memoryview(np.ascontiguousarray(data)).cast("B"))
                 fh.write(bytes(padded(data.nbytes, out.alignment) - data.nbytes))
+            release(tensors[i])
 
         _pipeline(len(tensors), lambda i: load(tensors[i]), encode, write, cancel)
         for fh in files:
@@ -151,40 +175,56 @@ def write_ggufs(
 
 def _pipeline(count: int, load: Callable[[int], np.ndarray], encode: MultiEncoder,
               write: Callable[[int, Sequence[np.ndarray]], None], cancel: Optional[CancelToken]) -> None:
-    """``write(i, encode(i, load(i)))`` for every tensor, three stages overlapped::
+    """``write(i, encode(i, load(i)))`` for every tensor, the stages overlapped::
 
-        loader thread:   load 0 | load 1      | load 2      | ...
-        caller:                 | encode 0    | encode 1    | encode 2 ...
-        writer thread:                        | write 0     | write 1  ...
+        loader thread:  load 1    | load 2            | load 3            | ...
+        encoders:       encode 0  . encode 1          . encode 2          . ...
+        writer thread:            | write 0           | write 1           | ...
 
-    While tensor ``i`` is encoded (on the caller's thread pool), tensor ``i+1`` is read
-    and tensor ``i-1``'s bytes go to disk, so reading and writing no longer leave the
-    encoding threads idle. Memory stays bounded by the model's largest tensors, whatever
-    its size: at most one tensor loaded ahead and one tensor's output waiting to be written.
-    Errors from any stage surface here, in order; nothing is left running.
+    ``encode`` may return a :class:`PendingEncoding`: tensor ``i+1``'s work is then handed
+    to the encoders before this thread waits for tensor ``i``'s, so the encoding threads
+    go from one tensor to the next without waiting for a slow thread or for this one
+    (a model with many small tensors otherwise leaves a core idle at every tensor's end).
+    While they encode, the next tensor is read and the last finished one goes to disk.
+    Memory stays bounded by the model's largest tensors, whatever its size: one tensor
+    loaded ahead, two being encoded, two outputs waiting to be written (the writer
+    goes on to the next without waiting for this thread). Errors from any stage
+    surface here, in order; nothing is left running.
     """
     if count == 0:
         return
     with ThreadPoolExecutor(1, thread_name_prefix="gguf-load") as loader, \
             ThreadPoolExecutor(1, thread_name_prefix="gguf-write") as writer:
         ahead = loader.submit(load, 0)
-        writing = None
+        encoding: deque = deque()  # (index, encoded or pending)
+        writing: deque = deque()  # futures of the writer thread
+
+        def hand_over(index: int, pending) -> None:
+            encoded = pending.result() if hasattr(pending, "result") else pending
+            if len(writing) == _WRITES_QUEUED:
+                writing.popleft().result()
+            writing.append(writer.submit(write, index, encoded))
+
         try:
             for i in range(count):
                 check(cancel)
                 values = ahead.result()
                 ahead = loader.submit(load, i + 1) if i + 1 < count else None
-                encoded = encode(i, values)
+                encoding.append((i, encode(i, values)))
                 del values
-                if writing is not None:
-                    writing.result()  # one output in flight at most
-                writing = writer.submit(write, i, encoded)
-                del encoded
-            writing.result()
+                if len(encoding) == _ENCODINGS_STARTED:
+                    hand_over(*encoding.popleft())
+            while encoding:
+                hand_over(*encoding.popleft())
+            while writing:
+                writing.popleft().result()
         finally:
+            for _, pending in encoding:
+                if hasattr(pending, "cancel"):
+                    pending.cancel()
             if ahead is not None:
                 ahead.cancel()
-            for pending in (ahead, writing):
+            for pending in (ahead, *writing):
                 if pending is not None and not pending.cancelled():
                     with contextlib.suppress(BaseException):
                         pending.result()  # let it finish before the files are closed

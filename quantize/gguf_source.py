@@ -52,30 +52,44 @@ class GGUFSource:
         return [e for e in self._layout.metadata if e.key not in _SKIPPED_KEYS]
 
     def tensors(self) -> list[SourceTensor]:
-        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t, widen=True),
-                             self._loader(t, widen=False)) for t in self._layout.tensors]
+        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t), self._viewer(t),
+                             lambda t=t: self._release(t.offset, t.nbytes)) for t in self._layout.tensors]
 
-    def _loader(self, t: TensorLayout, widen: bool):
-        stored = {GGMLQuantizationType.BF16: np.uint16, GGMLQuantizationType.F16: np.float16}.get(
-            t.qtype, np.float32)
-
+    def _loader(self, t: TensorLayout):
         def load() -> np.ndarray:
             data = np.frombuffer(self._map, dtype=np.uint8, count=t.nbytes, offset=t.offset)
-            if widen and stored is np.uint16:
+            if t.qtype == GGMLQuantizationType.BF16:
                 values = bf16_bits_to_f32(data.view(np.uint16))
-            elif widen and stored is np.float16:
+            elif t.qtype == GGMLQuantizationType.F16:
                 values = data.view(np.float16).astype(np.float32)
             else:
-                values = np.array(data.view(stored))  # a copy: nothing may point into the map
+                values = np.array(data.view(np.float32))  # a copy: nothing may point into the map
             del data
             self._release(t.offset, t.nbytes)
             return values.reshape(t.shape)
 
         return load
 
+    def _viewer(self, t: TensorLayout):
+        stored = {GGMLQuantizationType.BF16: np.uint16, GGMLQuantizationType.F16: np.float16}.get(
+            t.qtype, np.float32)
+
+        def load_stored() -> np.ndarray:
+            # No copy: the quantizer's workers read the map itself, and a tensor whose type
+            # does not change is written from it. The kernel starts reading the pages now
+            # (asynchronously), so the workers seldom wait for the disk.
+            self._advise("MADV_WILLNEED", t.offset, t.nbytes)
+            return np.frombuffer(self._map, dtype=stored, count=t.nbytes // np.dtype(stored).itemsize,
+                                 offset=t.offset).reshape(t.shape)
+
+        return load_stored
+
     def _release(self, offset: int, nbytes: int) -> None:
         # Like llama.cpp's unmap_weight: drop the tensor's pages from this process once
-        # they are copied, so resident memory stays flat as the model grows.
-        if nbytes and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        # they are used, so resident memory stays flat as the model grows.
+        self._advise("MADV_DONTNEED", offset, nbytes)
+
+    def _advise(self, advice: str, offset: int, nbytes: int) -> None:
+        if nbytes and hasattr(self._map, "madvise") and hasattr(mmap, advice):
             start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            self._map.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+            self._map.madvise(getattr(mmap, advice), start, offset + nbytes - start)

@@ -40,6 +40,11 @@ class SourceTensor:
             bits as uint16, or float32 (see :func:`quantize.blocks.widen.to_f32`). The quantizer widens
             them to float32 chunk by chunk on its worker threads, where each chunk is
             quantized while it is in cache, instead of widening the whole tensor first.
+            The array may be a read-only view of the source's memory map (no copy):
+            valid while the source is open, and until :attr:`release` is called.
+        release: Optional: called once the consumer is done with ``load_stored``'s
+            array; a memory-mapped source drops the tensor's pages from the process,
+            so resident memory stays flat as the model grows.
     """
 
     name: str
@@ -47,6 +52,7 @@ class SourceTensor:
     stored_type: GGMLQuantizationType
     load: Callable[[], np.ndarray]
     load_stored: Optional[Callable[[], np.ndarray]] = None
+    release: Optional[Callable[[], None]] = None
 
     @property
     def n_elements(self) -> int:
