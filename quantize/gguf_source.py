@@ -7,7 +7,9 @@ its ``load()`` runs, so quantizing a 30 GB model does not need 30 GB of RAM.
 from __future__ import annotations
 
 import mmap
+import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -18,6 +20,10 @@ from quantize.encode import bf16_bits_to_f32
 from quantize.source import MetadataEntry, SourceTensor
 
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+# madvise(MADV_POPULATE_READ) (Linux 5.14+; Python's mmap module names it from 3.13):
+# read a range of the map in and map it in one call.
+_POPULATE: Optional[int] = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
 
 # Keys the reader synthesizes or the writer sets itself.
 _SKIPPED_KEYS = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
@@ -76,9 +82,10 @@ class GGUFSource:
 
         def load_stored() -> np.ndarray:
             # No copy: the quantizer's workers read the map itself, and a tensor whose type
-            # does not change is written from it. The kernel starts reading the pages now
-            # (asynchronously), so the workers seldom wait for the disk.
-            self._advise("MADV_WILLNEED", t.offset, t.nbytes)
+            # does not change is written from it. Its pages are read and mapped now, in one
+            # call (on the job's loader thread), not one page fault at a time where they are
+            # used: faults cost 0.1 s per 271 MB here, half the time of writing them out.
+            self._populate(t.offset, t.nbytes)
             return np.frombuffer(self._map, dtype=stored, count=t.nbytes // np.dtype(stored).itemsize,
                                  offset=t.offset).reshape(t.shape)
 
@@ -87,9 +94,19 @@ class GGUFSource:
     def _release(self, offset: int, nbytes: int) -> None:
         # Like llama.cpp's unmap_weight: drop the tensor's pages from this process once
         # they are used, so resident memory stays flat as the model grows.
-        self._advise("MADV_DONTNEED", offset, nbytes)
+        self._advise(getattr(mmap, "MADV_DONTNEED", None), offset, nbytes)
 
-    def _advise(self, advice: str, offset: int, nbytes: int) -> None:
-        if nbytes and hasattr(self._map, "madvise") and hasattr(mmap, advice):
+    def _populate(self, offset: int, nbytes: int) -> None:
+        global _POPULATE
+        if _POPULATE is not None:
+            try:
+                self._advise(_POPULATE, offset, nbytes)
+                return
+            except OSError:  # Linux before 5.14: the kernel reads ahead instead
+                _POPULATE = None
+        self._advise(getattr(mmap, "MADV_WILLNEED", None), offset, nbytes)
+
+    def _advise(self, advice: Optional[int], offset: int, nbytes: int) -> None:
+        if nbytes and advice is not None and hasattr(self._map, "madvise"):
             start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            self._map.madvise(getattr(mmap, advice), start, offset + nbytes - start)
+            self._map.madvise(advice, start, offset + nbytes - start)

@@ -220,6 +220,9 @@ class _TensorEncoder:
             outs.append(out)
         units = sum(_units(tensor, plan.tensors[index].qtype) for plan in self.plans)
         detail = f"{tensor.name} → {'/'.join(plan.tensors[index].qtype.name for plan in self.plans)}"
+        if not futures:  # nothing to compute: copied as stored
+            self.progress.advance(units, detail)
+            return outs
         return _PendingTensor(outs, futures, lambda: self.progress.advance(units, detail))
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
