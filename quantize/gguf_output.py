@@ -1,10 +1,11 @@
-"""Writing a GGUF file from a tensor stream, one tensor in memory at a time.
+"""Writing a GGUF file from a tensor stream, a few tensors in memory at a time.
 
 GGUF layout: header, key/values, tensor infos (name, shape, type, offset), then the
 tensor data, each aligned to ``general.alignment`` (32 bytes by default). Because every
 tensor's type and byte size are planned before writing, the infos go out first and
-each tensor's data follows as soon as it is encoded; the file is written beside the
-target and renamed only when complete (:func:`app.core.jobs.atomic_output`).
+each tensor's data follows as soon as it is encoded; the file is allocated at its
+planned size first, written beside the target and renamed only when complete
+(:func:`app.core.jobs.atomic_output`).
 
 :func:`write_ggufs` writes several files in one pass over the tensor stream (the quantizer's
 "Q4_K_M and Q6_K at once": each tensor is loaded once and encoded per output);

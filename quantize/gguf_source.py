@@ -1,7 +1,8 @@
 """Reading an existing F32/F16/BF16 GGUF file as a :class:`~quantize.source.TensorSource`.
 
-The file is memory-mapped; a tensor's bytes are touched only when
-its ``load()`` runs, so quantizing a 30 GB model does not need 30 GB of RAM.
+The file is memory-mapped; a tensor's bytes are touched only when it is loaded, and
+dropped from the process when its consumer releases it, so quantizing a 30 GB model
+does not need 30 GB of RAM. ``load_stored()`` gives a view of the map itself (no copy).
 """
 
 from __future__ import annotations

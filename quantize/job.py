@@ -2,11 +2,15 @@
 
 ``quantize_model`` plans every output first (types, bytes, exact file sizes — see
 :mod:`quantize.plan`), checks the importance matrix against the plans, then streams the
-model once: each tensor is loaded (decoded to float32) a single time and encoded for
-every target on a thread pool over row chunks (numpy releases the GIL, so all cores
-work). Memory holds one tensor and its encodings at a time, whatever the model's size.
-Outputs are written beside their targets and renamed only when complete; cancel or
-failure leaves nothing behind (:func:`quantize.gguf_output.write_ggufs`).
+model once (:func:`quantize.gguf_output.write_ggufs`): each tensor is read a single time
+— from a GGUF, as a view of its memory map, pages mapped ahead on a loader thread — and
+encoded for every target on a thread pool over row chunks, each chunk widened to float32
+right before its compiled kernel (which releases the GIL, so all cores work). The next
+tensor's chunks are queued before the current one's are waited for, so no core idles at
+a tensor's end, and finished outputs are written on a writer thread meanwhile. A tensor
+whose type does not change is written straight from the map. Memory holds a few tensors
+and their encodings at a time, whatever the model's size. Outputs are written beside
+their targets and renamed only when complete; cancel or failure leaves nothing behind.
 """
 
 from __future__ import annotations
