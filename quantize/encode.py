@@ -8,6 +8,7 @@ plain casts; quantized types dispatch to the encoder registered for them in
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,7 +39,7 @@ def row_bytes(n_per_row: int, qtype: GGMLQuantizationType) -> int:
 
 def tensor_bytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     """Bytes of a whole tensor of numpy-order ``shape`` stored as ``qtype``."""
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    rows = int(math.prod(shape[:-1]))  # Python ints: numpy's prod costs ~5 us a call, paid per tensor
     return rows * row_bytes(shape[-1], qtype)
 
 

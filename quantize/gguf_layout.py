@@ -22,6 +22,7 @@ Layout (little-endian)::
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ _SCALAR_FORMATS = {
     GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }
+_U64 = struct.Struct("<Q")
 #: The numpy dtype of each scalar GGUF type (also what quantize.gguf_encoding writes).
 SCALAR_DTYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
 
@@ -140,12 +142,13 @@ class _Cursor:
 
     def strings(self, count: int) -> EncodedStrings:
         """``count`` strings, walked by their lengths only (decoding waits until used)."""
-        start, pos, end, unpack = self.pos, self.pos, len(self.buf), struct.unpack_from
-        for _ in range(count):
-            if pos + 8 > end:
-                raise self.fail("it ends inside its header")
-            pos += 8 + unpack("<Q", self.buf, pos)[0]
-        if pos > end:
+        start, pos, buf, unpack = self.pos, self.pos, self.buf, _U64.unpack_from
+        try:
+            for _ in range(count):  # the hot loop of a header: 100k strings in a 49k vocabulary
+                pos += 8 + unpack(buf, pos)[0]
+        except struct.error:  # a length read past the end of the file
+            raise self.fail("it ends inside its header") from None
+        if pos > len(buf):
             raise self.fail("it ends inside its header")
         self.pos = pos
         return EncodedStrings(self.buf[start:pos], count)  # a copy: no view outlives the map
@@ -230,7 +233,7 @@ def _parse(buf: mmap.mmap, path: Path, size: int) -> GGUFLayout:
     tensors = []
     for name, shape, qtype, offset in table:
         block, type_size = GGML_QUANT_SIZES[qtype]
-        nbytes = int(np.prod(shape, dtype=np.int64)) // block * type_size
+        nbytes = math.prod(shape) // block * type_size
         if data_start + offset + nbytes > size:
             raise cur.fail(f"the data of {name} lies beyond the end of the file")
         tensors.append(TensorLayout(name, shape, qtype, data_start + offset, nbytes))

@@ -1,13 +1,16 @@
 """Reading an existing F32/F16/BF16 GGUF file as a :class:`~quantize.source.TensorSource`.
 
-The file is memory-mapped; a tensor's bytes are touched only when
-its ``load()`` runs, so quantizing a 30 GB model does not need 30 GB of RAM.
+The file is memory-mapped; a tensor's bytes are touched only when it is loaded, and
+dropped from the process when its consumer releases it, so quantizing a 30 GB model
+does not need 30 GB of RAM. ``load_stored()`` gives a view of the map itself (no copy).
 """
 
 from __future__ import annotations
 
 import mmap
+import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -18,6 +21,10 @@ from quantize.encode import bf16_bits_to_f32
 from quantize.source import MetadataEntry, SourceTensor
 
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+# madvise(MADV_POPULATE_READ) (Linux 5.14+; Python's mmap module names it from 3.13):
+# read a range of the map in and map it in one call.
+_POPULATE: Optional[int] = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
 
 # Keys the reader synthesizes or the writer sets itself.
 _SKIPPED_KEYS = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
@@ -52,30 +59,55 @@ class GGUFSource:
         return [e for e in self._layout.metadata if e.key not in _SKIPPED_KEYS]
 
     def tensors(self) -> list[SourceTensor]:
-        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t, widen=True),
-                             self._loader(t, widen=False)) for t in self._layout.tensors]
+        return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t), self._viewer(t),
+                             lambda t=t: self._release(t.offset, t.nbytes)) for t in self._layout.tensors]
 
-    def _loader(self, t: TensorLayout, widen: bool):
-        stored = {GGMLQuantizationType.BF16: np.uint16, GGMLQuantizationType.F16: np.float16}.get(
-            t.qtype, np.float32)
-
+    def _loader(self, t: TensorLayout):
         def load() -> np.ndarray:
             data = np.frombuffer(self._map, dtype=np.uint8, count=t.nbytes, offset=t.offset)
-            if widen and stored is np.uint16:
+            if t.qtype == GGMLQuantizationType.BF16:
                 values = bf16_bits_to_f32(data.view(np.uint16))
-            elif widen and stored is np.float16:
+            elif t.qtype == GGMLQuantizationType.F16:
                 values = data.view(np.float16).astype(np.float32)
             else:
-                values = np.array(data.view(stored))  # a copy: nothing may point into the map
+                values = np.array(data.view(np.float32))  # a copy: nothing may point into the map
             del data
             self._release(t.offset, t.nbytes)
             return values.reshape(t.shape)
 
         return load
 
+    def _viewer(self, t: TensorLayout):
+        stored = {GGMLQuantizationType.BF16: np.uint16, GGMLQuantizationType.F16: np.float16}.get(
+            t.qtype, np.float32)
+
+        def load_stored() -> np.ndarray:
+            # No copy: the quantizer's workers read the map itself, and a tensor whose type
+            # does not change is written from it. Its pages are read and mapped now, in one
+            # call (on the job's loader thread), not one page fault at a time where they are
+            # used: faults cost 0.1 s per 271 MB here, half the time of writing them out.
+            self._populate(t.offset, t.nbytes)
+            return np.frombuffer(self._map, dtype=stored, count=t.nbytes // np.dtype(stored).itemsize,
+                                 offset=t.offset).reshape(t.shape)
+
+        return load_stored
+
     def _release(self, offset: int, nbytes: int) -> None:
         # Like llama.cpp's unmap_weight: drop the tensor's pages from this process once
-        # they are copied, so resident memory stays flat as the model grows.
-        if nbytes and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        # they are used, so resident memory stays flat as the model grows.
+        self._advise(getattr(mmap, "MADV_DONTNEED", None), offset, nbytes)
+
+    def _populate(self, offset: int, nbytes: int) -> None:
+        global _POPULATE
+        if _POPULATE is not None:
+            try:
+                self._advise(_POPULATE, offset, nbytes)
+                return
+            except OSError:  # Linux before 5.14: the kernel reads ahead instead
+                _POPULATE = None
+        self._advise(getattr(mmap, "MADV_WILLNEED", None), offset, nbytes)
+
+    def _advise(self, advice: Optional[int], offset: int, nbytes: int) -> None:
+        if nbytes and advice is not None and hasattr(self._map, "madvise"):
             start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-            self._map.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+            self._map.madvise(advice, start, offset + nbytes - start)

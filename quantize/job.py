@@ -2,11 +2,15 @@
 
 ``quantize_model`` plans every output first (types, bytes, exact file sizes — see
 :mod:`quantize.plan`), checks the importance matrix against the plans, then streams the
-model once: each tensor is loaded (decoded to float32) a single time and encoded for
-every target on a thread pool over row chunks (numpy releases the GIL, so all cores
-work). Memory holds one tensor and its encodings at a time, whatever the model's size.
-Outputs are written beside their targets and renamed only when complete; cancel or
-failure leaves nothing behind (:func:`quantize.gguf_output.write_ggufs`).
+model once (:func:`quantize.gguf_output.write_ggufs`): each tensor is read a single time
+— from a GGUF, as a view of its memory map, pages mapped ahead on a loader thread — and
+encoded for every target on a thread pool over row chunks, each chunk widened to float32
+right before its compiled kernel (which releases the GIL, so all cores work). The next
+tensor's chunks are queued before the current one's are waited for, so no core idles at
+a tensor's end, and finished outputs are written on a writer thread meanwhile. A tensor
+whose type does not change is written straight from the map. Memory holds a few tensors
+and their encodings at a time, whatever the model's size. Outputs are written beside
+their targets and renamed only when complete; cancel or failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -191,7 +195,7 @@ def _row_chunks(n_rows: int, rows_per_matrix: int, n_per_row: int, threads: int)
 
 
 class _TensorEncoder:
-    """Encodes one loaded tensor for every plan, on a shared thread pool."""
+    """Hands one loaded tensor's encoding for every plan to a shared thread pool."""
 
     def __init__(self, plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix],
                  pool: ThreadPoolExecutor, threads: int, cancel: Optional[CancelToken],
@@ -199,45 +203,64 @@ class _TensorEncoder:
         self.plans, self.imatrix, self.pool = plans, imatrix, pool
         self.threads, self.cancel, self.progress = threads, cancel, progress
 
-    def __call__(self, index: int, values: np.ndarray) -> list[np.ndarray]:
+    def __call__(self, index: int, values: np.ndarray) -> "_PendingTensor":
         tensor = self.plans[0].tensors[index].tensor
         rows = values.reshape(-1, tensor.n_per_row)
         ne = ggml_ne(tensor.shape)
-        pending: list[tuple[np.ndarray, list[Future]]] = []
+        outs: list[np.ndarray] = []
+        futures: list[Future] = []
         for plan in self.plans:
             qtype = plan.tensors[index].qtype
+            if _STORED_AS.get(rows.dtype) == qtype:  # unchanged type: the bytes as they are
+                outs.append(rows.view(np.uint8))
+                continue
             out = np.empty((rows.shape[0], row_bytes(tensor.n_per_row, qtype)), dtype=np.uint8)
             weights = None
             if self.imatrix is not None and is_quantized_type(qtype):
                 weights = self.imatrix.for_tensor(tensor.name, tensor.shape)
-            futures = [self.pool.submit(self._encode_chunk, rows, out, start, stop, qtype,
-                                        None if weights is None else weights[start // ne[1]])
-                       for start, stop in _row_chunks(rows.shape[0], ne[1], tensor.n_per_row, self.threads)]
-            pending.append((out, futures))
-        try:
-            for _, futures in pending:
-                for f in futures:
-                    f.result()
-        finally:
-            for _, futures in pending:
-                for f in futures:
-                    f.cancel()
+            futures += [self.pool.submit(self._encode_chunk, rows, out, start, stop, qtype,
+                                         None if weights is None else weights[start // ne[1]])
+                        for start, stop in _row_chunks(rows.shape[0], ne[1], tensor.n_per_row, self.threads)]
+            outs.append(out)
         units = sum(_units(tensor, plan.tensors[index].qtype) for plan in self.plans)
-        types = "/".join(plan.tensors[index].qtype.name for plan in self.plans)
-        self.progress.advance(units, f"{tensor.name} → {types}")
-        return [out for out, _ in pending]
+        detail = f"{tensor.name} → {'/'.join(plan.tensors[index].qtype.name for plan in self.plans)}"
+        if not futures:  # nothing to compute: copied as stored
+            self.progress.advance(units, detail)
+            return outs
+        return _PendingTensor(outs, futures, lambda: self.progress.advance(units, detail))
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
         check(self.cancel)
-        if _STORED_AS.get(rows.dtype) == qtype:  # unchanged type: the bytes as they are
-            out[start:stop] = rows[start:stop].view(np.uint8).reshape(stop - start, -1)
-            return
-        from quantize.blocks.widen import to_f32
+        from quantize.blocks.widen import to_bf16_bits, to_f32
 
         step = max(1, _PIECE_VALUES // rows.shape[1])
         for first in range(start, stop, step):
             last = min(stop, first + step)
-            out[first:last] = encode_rows(to_f32(rows[first:last]), qtype, weights)
+            if qtype == T.BF16 and rows.dtype != np.uint16:  # one compiled pass, into the output
+                to_bf16_bits(rows[first:last], out[first:last].view(np.uint16))
+            else:
+                out[first:last] = encode_rows(to_f32(rows[first:last]), qtype, weights)
+
+
+class _PendingTensor:
+    """One tensor's encodings, running on the pool (see :class:`quantize.gguf_output.PendingEncoding`)."""
+
+    def __init__(self, outs: list[np.ndarray], futures: list[Future], finished) -> None:
+        self.outs, self.futures, self.finished = outs, futures, finished
+
+    def result(self) -> list[np.ndarray]:
+        try:
+            for f in self.futures:
+                f.result()
+        except BaseException:
+            self.cancel()
+            raise
+        self.finished()
+        return self.outs
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
 
 
 def _register_encoders() -> None:
@@ -313,7 +336,8 @@ def quantize_model(
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
             encoder = _TensorEncoder(plans, imatrix, pool, threads, cancel, progress)
             paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel,
-                                load=lambda t: t.load_stored() if t.load_stored else t.load())
+                                load=lambda t: t.load_stored() if t.load_stored else t.load(),
+                                release=lambda t: t.release and t.release())
     finally:
         if source is not input:
             getattr(source, "close", lambda: None)()

@@ -30,7 +30,7 @@ from gguf import GGMLQuantizationType as T
 from app.core.errors import QuantDeskError
 from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
-from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size
+from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size, planned_header
 from quantize.imatrix import ImportanceMatrix
 from quantize.source import MetadataEntry, SourceTensor, TensorSource
 from quantize.type_rules import ModelHParams, TensorTypeChooser, TypeOverrides, layer_index
@@ -81,9 +81,14 @@ class QuantPlan:
         return sum(p.tensor.n_elements for p in self.tensors)
 
     @functools.cached_property
+    def header(self) -> bytes:
+        """The header of the file this plan writes, byte for byte."""
+        return planned_header(self.arch, self.metadata, self.tensors, self.alignment)
+
+    @functools.cached_property
     def file_size(self) -> int:
         """The exact size in bytes of the file this plan writes."""
-        return planned_file_size(self.arch, self.metadata, self.tensors, self.alignment)
+        return planned_file_size(self.arch, self.metadata, self.tensors, self.alignment, self.header)
 
     @property
     def bits_per_weight(self) -> float:
@@ -95,7 +100,7 @@ class QuantPlan:
 
     def gguf_output(self, target) -> GGUFOutput:
         """This plan as the writer's description of one output file."""
-        return GGUFOutput(target, self.arch, self.metadata, self.tensors, self.alignment)
+        return GGUFOutput(target, self.arch, self.metadata, self.tensors, self.alignment, self.header)
 
     def summary(self) -> str:
         """One line for people: type, size, bits per weight, tensor types."""

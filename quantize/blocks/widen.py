@@ -1,4 +1,4 @@
-"""Widening stored 16-bit weights to float32 as llama.cpp does, compiled.
+"""Converting stored 16-bit weights as llama.cpp does, compiled: widening and bfloat16.
 
 ``llama_model_quantize`` converts an F16 or BF16 tensor to float32 before quantizing it
 (``ggml_fp16_to_fp32_row`` / ``ggml_bf16_to_fp32_row``); the quantize job does the same,
@@ -6,13 +6,19 @@ a few hundred kilobytes at a time on its worker threads, right before a block ke
 reads them. numpy's ``astype(np.float32)`` of float16 ran at ~150 M values/s here, more
 than the Q4_0 kernel that followed it; this loop vectorizes (ggml's own integer routine,
 :func:`quantize.blocks.jit.fp16_to_fp32`) and is bound by memory.
+
+A BF16 file made from an F16 (or F32) model goes the same way in one pass per value:
+widened, then rounded to bfloat16 as :func:`quantize.encode.f32_to_bf16_bits` (ggml's
+``ggml_compute_fp32_to_bf16``) does, where numpy took five passes over float32 copies.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-from quantize.blocks.jit import bf16_to_fp32, fp16_to_fp32, streaming_kernel
+from quantize.blocks.jit import bf16_to_fp32, f32_bits, fp16_to_fp32, inline, streaming_kernel
 
 
 @streaming_kernel
@@ -36,4 +42,43 @@ def to_f32(values: np.ndarray) -> np.ndarray:
     bits = np.ascontiguousarray(values).view(np.uint16)
     out = np.empty(values.shape, np.float32)
     (_widen_f16 if values.dtype == np.float16 else _widen_bf16)(bits.reshape(-1), out.reshape(-1))
+    return out
+
+
+@inline
+def _bf16_bits(value):
+    """``ggml_compute_fp32_to_bf16``: round to nearest even; a NaN stays a quiet NaN."""
+    bits = np.uint32(f32_bits(value))
+    if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((bits >> np.uint32(16)) | np.uint32(64))
+    return np.uint16((bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16))
+
+
+@streaming_kernel
+def _f16_to_bf16(bits, out):
+    for i in range(bits.shape[0]):
+        out[i] = _bf16_bits(fp16_to_fp32(bits[i]))
+
+
+@streaming_kernel
+def _f32_to_bf16(values, out):
+    for i in range(values.shape[0]):
+        out[i] = _bf16_bits(values[i])
+
+
+def to_bf16_bits(values: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """float16 or float32 ``values`` as bfloat16 bits (uint16), rounded as ggml rounds.
+
+    The same bits as ``f32_to_bf16_bits(to_f32(values))``; ``out`` (uint16, the shape of
+    ``values``) receives them when given.
+    """
+    if values.dtype not in (np.float16, np.float32):
+        raise TypeError(f"cannot round {values.dtype} to bfloat16")
+    values = np.ascontiguousarray(values)
+    if out is None:
+        out = np.empty(values.shape, np.uint16)
+    if values.dtype == np.float16:
+        _f16_to_bf16(values.view(np.uint16).reshape(-1), out.reshape(-1))
+    else:
+        _f32_to_bf16(values.reshape(-1), out.reshape(-1))
     return out

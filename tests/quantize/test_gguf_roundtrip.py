@@ -94,3 +94,42 @@ def test_not_a_gguf_file_gives_a_sentence(tmp_path):
     with pytest.raises(QuantDeskError) as info:
         GGUFSource(bad)
     assert "broken.gguf" in info.value.user_message
+
+
+def test_a_full_disk_is_found_before_writing_and_leaves_no_file(tmp_path, monkeypatch):
+    import ctypes
+    import errno
+
+    import quantize.gguf_output as gguf_output
+
+    _write_input(tmp_path / "in.gguf")
+    src = GGUFSource(tmp_path / "in.gguf")
+    asked = []
+
+    def full_disk(fd, mode, offset, size):
+        asked.append(size)
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    monkeypatch.setattr(gguf_output, "_fallocate", lambda: full_disk)
+    encoded = []
+    with pytest.raises(QuantDeskError) as info:
+        write_gguf(tmp_path / "out.gguf", src.arch, src.metadata(), [PlannedTensor(t, T.F32) for t in src.tensors()],
+                   lambda p, v: encoded.append(p) or encode_rows(v.reshape(-1, v.shape[-1]), p.qtype))
+    assert "not enough disk space for out.gguf" in info.value.user_message
+    assert not encoded and asked and sorted(p.name for p in tmp_path.iterdir()) == ["in.gguf"]
+
+
+def test_outputs_are_allocated_at_their_planned_size_where_the_system_can(tmp_path, monkeypatch):
+    import quantize.gguf_output as gguf_output
+
+    real = gguf_output._fallocate()
+    asked = []
+    if real is not None:
+        monkeypatch.setattr(gguf_output, "_fallocate", lambda: lambda *a: asked.append(a[3]) or real(*a))
+    _write_input(tmp_path / "in.gguf")
+    src = GGUFSource(tmp_path / "in.gguf")
+    out = write_gguf(tmp_path / "out.gguf", src.arch, src.metadata(), [PlannedTensor(t, T.F16) for t in src.tensors()],
+                     lambda p, v: encode_rows(v.reshape(-1, v.shape[-1]), p.qtype))
+    assert asked == ([out.stat().st_size] if real is not None else [])
+    assert [t.name for t in GGUFReader(out).tensors] == [t.name for t in src.tensors()]
