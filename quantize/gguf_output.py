@@ -33,7 +33,7 @@ from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check
 from quantize.encode import tensor_bytes
 from quantize.gguf_encoding import header_bytes, padded
-from quantize.source import MetadataEntry, SourceTensor
+from quantize.source import MetadataEntry, SourceTensor, StoredBytes
 
 
 @dataclass(frozen=True)
@@ -170,9 +170,13 @@ _AHEAD_VALUES = 1 << 22
 _ENCODINGS_STARTED = 2
 _WRITES_QUEUED = 2
 
+# The buffer a tensor copied unchanged goes through (StoredBytes): one per write, reused.
+_COPY_BUFFER_BYTES = 8 << 20
+
 #: ``encode(tensor_index, values) -> one uint8 array per output, in output order``, or a
-#: :class:`PendingEncoding` of them
-MultiEncoder = Callable[[int, np.ndarray], Union[Sequence[np.ndarray], PendingEncoding]]
+#: :class:`PendingEncoding` of them; an output may take a :class:`StoredBytes` instead
+#: of an array (the tensor's bytes as its source file holds them).
+MultiEncoder = Callable[[int, np.ndarray], Union[Sequence[Union[np.ndarray, StoredBytes]], PendingEncoding]]
 
 
 def write_ggufs(
@@ -194,6 +198,7 @@ def write_ggufs(
     the quantizer takes them as stored and widens them chunk by chunk); ``release(tensor)``
     runs once a tensor's bytes are written (and its encoding is over).
     """
+    buffer = memoryview(bytearray(_COPY_BUFFER_BYTES))  # for StoredBytes, on the writer thread
     for out in outputs:
         if [p.tensor.name for p in out.planned] != [t.name for t in tensors]:
             raise ValueError(f"{out.target}: planned tensors differ from the tensor stream")
@@ -212,12 +217,19 @@ def write_ggufs(
             fh.write(header)
             files.append(fh)
 
-        def write(i: int, encoded: Sequence[np.ndarray]) -> None:
+        def write(i: int, encoded: Sequence[Union[np.ndarray, StoredBytes]]) -> None:
+            copies: dict[int, tuple[StoredBytes, list]] = {}  # read once for every output copying it
             for out, fh, data in zip(outputs, files, encoded):
                 planned = out.planned[i]
                 if data.nbytes != planned.nbytes:
                     raise RuntimeError(f"{tensors[i].name}: encoded {data.nbytes} bytes, planned {planned.nbytes}")
-                fh.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                if isinstance(data, StoredBytes):
+                    copies.setdefault(id(data), (data, []))[1].append(fh)
+                else:
+                    fh.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+            for data, targets in copies.values():
+                _copy_stored(data, targets, buffer, tensors[i].name)
+            for out, fh, data in zip(outputs, files, encoded):
                 fh.write(bytes(padded(data.nbytes, out.alignment) - data.nbytes))
             release(tensors[i])
 
@@ -226,6 +238,24 @@ def write_ggufs(
         for fh in files:
             fh.close()  # flush before the renames that leaving the stack performs
     return [out.target for out in outputs]
+
+
+def _copy_stored(data: StoredBytes, targets: Sequence, buffer: memoryview, name: str) -> None:
+    """Write ``data`` to each file of ``targets``, read once, through ``buffer``.
+
+    Raises:
+        QuantDeskError: the source file is shorter than its header says (it changed
+            while being read).
+    """
+    done = 0
+    while done < data.nbytes:
+        count = data.read_into(buffer[:min(len(buffer), data.nbytes - done)], done)
+        if count <= 0:
+            raise QuantDeskError(f"The model file ended inside tensor {name}: it changed or was cut short "
+                                 "while being read.", "Check the model file, then quantize again.")
+        for fh in targets:
+            fh.write(buffer[:count])
+        done += count
 
 
 def _pipeline(count: int, load: Callable[[int], np.ndarray], encode: MultiEncoder,

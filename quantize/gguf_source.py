@@ -2,13 +2,17 @@
 
 The file is memory-mapped; a tensor's bytes are touched only when it is loaded, and
 dropped from the process when its consumer releases it, so quantizing a 30 GB model
-does not need 30 GB of RAM. ``load_stored()`` gives a view of the map itself (no copy).
+does not need 30 GB of RAM. ``load_stored()`` gives a view of the map itself (no copy);
+``stored_bytes`` reads a tensor's bytes with ``pread`` for one copied unchanged.
+:meth:`GGUFSource.close` lets go of the file.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +22,7 @@ from gguf import GGMLQuantizationType
 from app.core.errors import QuantDeskError
 from quantize.gguf_layout import TensorLayout, read_gguf_layout
 from quantize.encode import bf16_bits_to_f32
-from quantize.source import MetadataEntry, SourceTensor
+from quantize.source import MetadataEntry, SourceTensor, StoredBytes
 
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 
@@ -51,16 +55,37 @@ class GGUFSource:
                 "Start from the F32, F16 or BF16 GGUF, or from the original safetensors folder.",
             )
         self._map = None
+        self._file = None  # opened by the first stored_bytes read (pread: any thread)
+        self._file_lock = threading.Lock()
         if self._layout.tensors:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def close(self) -> None:
+        """Let go of the file. Arrays from ``load_stored`` that are still referenced keep
+        the map alive (it closes when the last one goes); nothing may be loaded after."""
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view of it is still held: the map outlives this call
+                pass
+        with self._file_lock:
+            if self._file is not None:
+                self._file.close()
+
+    def __enter__(self) -> "GGUFSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def metadata(self) -> list[MetadataEntry]:
         return [e for e in self._layout.metadata if e.key not in _SKIPPED_KEYS]
 
     def tensors(self) -> list[SourceTensor]:
         return [SourceTensor(t.name, t.shape, t.qtype, self._loader(t), self._viewer(t),
-                             lambda t=t: self._release(t.offset, t.nbytes)) for t in self._layout.tensors]
+                             lambda t=t: self._release(t.offset, t.nbytes),
+                             StoredBytes(t.nbytes, self._reader(t))) for t in self._layout.tensors]
 
     def _loader(self, t: TensorLayout):
         def load() -> np.ndarray:
@@ -91,6 +116,22 @@ class GGUFSource:
                                  offset=t.offset).reshape(t.shape)
 
         return load_stored
+
+    def _reader(self, t: TensorLayout):
+        def read_into(buffer: memoryview, start: int) -> int:
+            size = min(len(buffer), t.nbytes - start)
+            if hasattr(os, "preadv"):
+                return os.preadv(self._fileno(), [buffer[:size]], t.offset + start)
+            buffer[:size] = self._map[t.offset + start:t.offset + start + size]  # Windows: no pread
+            return size
+
+        return read_into
+
+    def _fileno(self) -> int:
+        with self._file_lock:
+            if self._file is None:
+                self._file = open(self.path, "rb", buffering=0)
+            return self._file.fileno()
 
     def _release(self, offset: int, nbytes: int) -> None:
         # Like llama.cpp's unmap_weight: drop the tensor's pages from this process once

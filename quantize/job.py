@@ -16,6 +16,7 @@ their targets and renamed only when complete; cancel or failure leaves nothing b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +35,7 @@ from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
 from quantize.imatrix import ImportanceMatrix, load_imatrix
 from quantize.plan import PlanOptions, QuantPlan, plan_quantization
-from quantize.source import SourceTensor, TensorSource
+from quantize.source import SourceTensor, StoredBytes, TensorSource
 from quantize.type_rules import TypeOverrides, ggml_ne
 
 # Rows of one thread-pool task: at least 256K values (each task costs Python-side work in the pool and
@@ -203,8 +204,13 @@ class _TensorEncoder:
         self.plans, self.imatrix, self.pool = plans, imatrix, pool
         self.threads, self.cancel, self.progress = threads, cancel, progress
 
-    def __call__(self, index: int, values: np.ndarray) -> "_PendingTensor":
+    def __call__(self, index: int, values: Union[np.ndarray, StoredBytes]):
         tensor = self.plans[0].tensors[index].tensor
+        units = sum(_units(tensor, plan.tensors[index].qtype) for plan in self.plans)
+        detail = f"{tensor.name} → {'/'.join(plan.tensors[index].qtype.name for plan in self.plans)}"
+        if isinstance(values, StoredBytes):  # unchanged in every output: copied by the writer
+            self.progress.advance(units, detail)
+            return [values] * len(self.plans)
         rows = values.reshape(-1, tensor.n_per_row)
         ne = ggml_ne(tensor.shape)
         outs: list[np.ndarray] = []
@@ -222,8 +228,6 @@ class _TensorEncoder:
                                          None if weights is None else weights[start // ne[1]])
                         for start, stop in _row_chunks(rows.shape[0], ne[1], tensor.n_per_row, self.threads)]
             outs.append(out)
-        units = sum(_units(tensor, plan.tensors[index].qtype) for plan in self.plans)
-        detail = f"{tensor.name} → {'/'.join(plan.tensors[index].qtype.name for plan in self.plans)}"
         if not futures:  # nothing to compute: copied as stored
             self.progress.advance(units, detail)
             return outs
@@ -261,6 +265,21 @@ class _PendingTensor:
     def cancel(self) -> None:
         for f in self.futures:
             f.cancel()
+
+
+def _copied_unchanged(plans: Sequence[QuantPlan]) -> set[str]:
+    """Tensors whose type no output changes and whose source can hand out its bytes."""
+    return {planned[0].tensor.name for planned in zip(*(plan.tensors for plan in plans))
+            if planned[0].tensor.stored_bytes is not None
+            and all(p.qtype == p.tensor.stored_type for p in planned)}
+
+
+def _load(copied: set[str], tensor: SourceTensor) -> Union[np.ndarray, StoredBytes]:
+    """What the encoder gets for ``tensor``: its bytes unread when every output copies
+    it, else its values as stored (widened chunk by chunk later) or as float32."""
+    if tensor.name in copied:
+        return tensor.stored_bytes
+    return tensor.load_stored() if tensor.load_stored else tensor.load()
 
 
 def _register_encoders() -> None:
@@ -336,7 +355,7 @@ def quantize_model(
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
             encoder = _TensorEncoder(plans, imatrix, pool, threads, cancel, progress)
             paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel,
-                                load=lambda t: t.load_stored() if t.load_stored else t.load(),
+                                load=functools.partial(_load, _copied_unchanged(plans)),
                                 release=lambda t: t.release and t.release())
     finally:
         if source is not input:

@@ -29,6 +29,26 @@ class MetadataEntry:
 
 
 @dataclass(frozen=True)
+class StoredBytes:
+    """A tensor's bytes exactly as its source file holds them, read on demand.
+
+    A tensor whose type does not change is copied from the source file to the output
+    through one small reused buffer (:func:`quantize.gguf_output.write_ggufs`): no
+    float round trip, and no page of the source mapped into the process. Mapping 271 MB
+    of tensors and writing them out from the map took 0.07-0.31 s here; reading them into
+    an 8 MB buffer and writing that took 0.08-0.09 s, every time.
+
+    Attributes:
+        nbytes: The tensor's size in bytes.
+        read_into: ``read_into(buffer, start)`` fills ``buffer`` (or its first part) with
+            the tensor's bytes from byte ``start`` on and returns how many it read.
+    """
+
+    nbytes: int
+    read_into: Callable[[memoryview, int], int]
+
+
+@dataclass(frozen=True)
 class SourceTensor:
     """A named tensor whose values are read only when :attr:`load` is called.
 
@@ -46,6 +66,8 @@ class SourceTensor:
         release: Optional: called once the consumer is done with ``load_stored``'s
             array; a memory-mapped source drops the tensor's pages from the process,
             so resident memory stays flat as the model grows.
+        stored_bytes: Optional: the bytes as stored in a file (:class:`StoredBytes`), for
+            a consumer that copies the tensor unchanged.
     """
 
     name: str
@@ -54,6 +76,7 @@ class SourceTensor:
     load: Callable[[], np.ndarray]
     load_stored: Optional[Callable[[], np.ndarray]] = None
     release: Optional[Callable[[], None]] = None
+    stored_bytes: Optional[StoredBytes] = None
 
     @property
     def n_elements(self) -> int:

@@ -32,7 +32,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 from quantize.encode import encode_rows  # noqa: E402
 from quantize.reference_ggml import ggml_quantize  # noqa: E402
-from tests.benchmarks.timing import best_time  # noqa: E402
+from tests.benchmarks.timing import best_times  # noqa: E402
 
 # Both encoders run on this one thread, so CPU time is their run time without the waits
 # a busy machine adds.
@@ -67,15 +67,15 @@ def main() -> None:
     values = (rng.standard_normal((rows, width)) * np.exp(rng.standard_normal((rows, 1)))).astype(np.float32)
     imatrix = rng.gamma(0.5, 2.0, width).astype(np.float32)
     megabytes = values.nbytes / 1e6
-    print(f"{rows} x {width} float32 = {megabytes:.1f} MB, best of {args.repeats}, one thread")
+    print(f"{rows} x {width} float32 = {megabytes:.1f} MB, best of {args.repeats} (the two taking turns), one thread")
     print(f"{'type':6} {'imatrix':8} {'ours MB/s':>10} {'ggml MB/s':>10} {'ratio':>7} {'target':>7}  bytes")
     for name in names:
         qtype = QT[name]
         for weights in (None, imatrix):
             ours_bytes = encode_rows(values, qtype, weights)
             same = np.array_equal(ours_bytes, ggml_quantize(values, qtype, weights))
-            ours = best_time(lambda: encode_rows(values, qtype, weights), args.repeats, CPU_TIME)
-            ggml = best_time(lambda: ggml_quantize(values, qtype, weights), args.repeats, CPU_TIME)
+            ours, ggml = best_times([lambda: encode_rows(values, qtype, weights),
+                                     lambda: ggml_quantize(values, qtype, weights)], args.repeats, CPU_TIME)
             print(f"{name:6} {'yes' if weights is not None else 'no':8} {megabytes / ours:10.1f} "
                   f"{megabytes / ggml:10.1f} {ggml / ours:6.2f}x {TARGET.get(name, 2.0):6.1f}x  "
                   f"{'identical' if same else 'DIFFERENT'}", flush=True)

@@ -1,11 +1,12 @@
 """Benchmark: quantizing a whole GGUF file — our job against llama_model_quantize.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_quantize_file.py [--types Q4_K_M,Q8_0]
-[--threads 2] [--repeats 2] [--layers 2,8] [--skip-speed] [--skip-memory]``
+[--threads 2] [--repeats 3] [--layers 2,8] [--skip-speed] [--skip-memory]``
 
 1. Speed (real weights): SmolLM2-135M-Instruct (its Q4_1 release dequantized to an F16
    GGUF, 271 MB) quantized to each type by ``quantize_model`` and by libllama's
-   ``llama_model_quantize`` with the same thread count (best of ``--repeats``); prints seconds and the ratio
+   ``llama_model_quantize`` with the same thread count (best of ``--repeats`` rounds, the two
+   taking turns in each); prints seconds and the ratio
    ours / llama.cpp (lower is better), checks the two files are byte-identical, then
    times all types in one multi-target job against the sum of the single-type jobs.
 2. Memory (model size grows): synthetic llama F16 GGUFs (hidden 2048, ffn 5632, vocab
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,7 +110,7 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     from tests.conftest import cached_models_dir, fetch_smollm2
     from tests.quantize.llama_quant_oracle import llama_quantize
     from tests.quantize.model_files import describe_differences, write_dequantized_f16
-    from tests.benchmarks.timing import best_time, fresh_disk
+    from tests.benchmarks.timing import best_time, best_times, fresh_disk
 
     from quantize.blocks import compile_kernels
 
@@ -124,11 +126,10 @@ def bench_speed(workdir: Path, types: list[str], threads: int, repeats: int) -> 
     for name in types:
         ft = FILE_TYPES[name]
         ours, ref = workdir / f"ours-{name}.gguf", workdir / f"llama-{name}.gguf"
-        llama_s = best_time(lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads),
-                            repeats, setup=fresh_disk(ref))
-        ours_s = best_time(lambda ft=ft, ours=ours: quantize_model(src, [QuantizeTarget(ft, ours)],
-                                                                  QuantizeOptions(threads=threads)),
-                           repeats, setup=fresh_disk(ours))
+        llama_s, ours_s = best_times(
+            [lambda ft=ft, ref=ref: llama_quantize(src, ref, ft.ftype, nthread=threads),
+             lambda ft=ft, ours=ours: quantize_model(src, [QuantizeTarget(ft, ours)], QuantizeOptions(threads=threads))],
+            repeats, setups=[fresh_disk(ref), fresh_disk(ours)])
         ours_total += ours_s
         same = describe_differences(ours, ref) is None
         print(f"{name:8s} {ours_s:8.2f} {llama_s:8.2f} {ours_s / llama_s:6.2f}  {'yes' if same else 'NO'}",
@@ -168,7 +169,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", default=",".join(ALL_TYPES))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="best of N timings per type and side")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="best of N timings per type and side, the sides taking turns")
     parser.add_argument("--layers", default="2,8")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
@@ -176,10 +178,14 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="quantdesk-bench-quantize-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    if not args.skip_speed:
-        bench_speed(workdir, [t.strip().upper() for t in args.types.split(",")], args.threads, args.repeats)
-    if not args.skip_memory:
-        bench_memory(workdir, [int(n) for n in args.layers.split(",")], args.threads)
+    try:
+        if not args.skip_speed:
+            bench_speed(workdir, [t.strip().upper() for t in args.types.split(",")], args.threads, args.repeats)
+        if not args.skip_memory:
+            bench_memory(workdir, [int(n) for n in args.layers.split(",")], args.threads)
+    finally:
+        if args.workdir is None:  # our own temporary folder: its 271 MB F16 model goes too
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

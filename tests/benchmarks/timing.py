@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 
 def fresh_disk(*outputs: Path) -> Callable[[], None]:
@@ -31,11 +31,24 @@ def best_time(fn: Callable[[], object], repeats: int,
             to single-threaded work).
         setup: Run before each call, outside the clock (e.g. :func:`fresh_disk`).
     """
-    best = float("inf")
+    return best_times([fn], repeats, clock, [setup])[0]
+
+
+def best_times(fns: Sequence[Callable[[], object]], repeats: int,
+               clock: Callable[[], float] = time.perf_counter,
+               setups: Optional[Sequence[Optional[Callable[[], None]]]] = None) -> list[float]:
+    """Least time of each of ``fns`` over ``repeats`` rounds, the functions taking turns
+    within each round (A B, A B, ...), so that a slow spell of the machine (another
+    process, the host reclaiming memory) falls on both sides of a comparison rather than
+    on whichever side happened to run then. ``setups[k]`` runs before each call of
+    ``fns[k]``, outside the clock; ``clock`` as in :func:`best_time`."""
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        if setup is not None:
-            setup()
-        start = clock()
-        fn()
-        best = min(best, clock() - start)
+        for k, fn in enumerate(fns):
+            setup = setups[k] if setups is not None else None
+            if setup is not None:
+                setup()
+            start = clock()
+            fn()
+            best[k] = min(best[k], clock() - start)
     return best

@@ -45,6 +45,22 @@ def test_source_reads_metadata_and_tensors_lazily(tmp_path):
         assert np.array_equal(tensors[name].load(), v.astype(np.float32))
 
 
+def test_source_hands_out_stored_bytes_and_closes_even_with_a_view_held(tmp_path):
+    values = _write_input(tmp_path / "in.gguf")
+    with GGUFSource(tmp_path / "in.gguf") as src:
+        tensors = {t.name: t for t in src.tensors()}
+        stored = tensors["token_embd.weight"].stored_bytes
+        buffer = memoryview(bytearray(100))  # smaller than the tensor: read in pieces
+        pieces = []
+        while sum(len(p) for p in pieces) < stored.nbytes:
+            count = stored.read_into(buffer, sum(len(p) for p in pieces))
+            pieces.append(bytes(buffer[:count]))
+        assert b"".join(pieces) == values["token_embd.weight"].tobytes()
+        view = tensors["blk.0.attn_q.weight"].load_stored()
+    # closed with a view of the map still held: no error, and the view stays readable
+    assert np.array_equal(view, values["blk.0.attn_q.weight"])
+
+
 def test_write_then_read_back_preserves_metadata_types_and_values(tmp_path):
     _write_input(tmp_path / "in.gguf")
     src = GGUFSource(tmp_path / "in.gguf")

@@ -25,6 +25,7 @@ from models.library import Library
 from quantize.ftypes import FILE_TYPES
 from quantize.gguf_source import GGUFSource
 from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
+from quantize.source import StoredBytes
 from tests.quantize.llama_quant_oracle import llama_quantize
 from tests.quantize.model_files import (TinyLlama, describe_differences, tensor_types,
                                         write_dequantized_f16, write_tiny_llama)
@@ -117,8 +118,17 @@ class CountingSource:
                         raise QuantDeskError(f"{t.name} could not be read.")
                     return load()
                 return counting_load
-            # Either way of loading counts (the job takes the values as stored).
-            return dataclasses.replace(t, load=counted(t.load), load_stored=counted(t.load_stored))
+            def counted_read(read_into):
+                def counting_read(buffer, start):
+                    if start == 0:  # a copy from the file starts
+                        counted(lambda: None)()
+                    return read_into(buffer, start)
+                return counting_read
+            # Every way of reading counts: the values as stored (quantized outputs), or the
+            # bytes from the file (a tensor every output keeps as it is).
+            return dataclasses.replace(t, load=counted(t.load), load_stored=counted(t.load_stored),
+                                       stored_bytes=StoredBytes(t.stored_bytes.nbytes,
+                                                                counted_read(t.stored_bytes.read_into)))
         return [wrap(t) for t in self._inner.tensors()]
 
 
@@ -161,6 +171,37 @@ def test_failure_half_way_leaves_no_output_and_keeps_an_existing_file(tiny_model
         quantize_model(source, targets)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Q8_0.gguf"]
     assert (tmp_path / "Q8_0.gguf").read_bytes() == b"previous"
+
+
+def test_tensors_kept_as_stored_are_copied_from_the_file_and_a_file_cut_short_is_a_sentence(tiny_models, tmp_path):
+    import shutil
+
+    from quantize.gguf_layout import read_gguf_layout
+
+    src = tmp_path / "model-F16.gguf"
+    shutil.copyfile(tiny_models["tied-gqa4"], src)
+    source = GGUFSource(src)
+    try:  # F16 -> F16: every tensor's bytes come from the file itself (StoredBytes)
+        quantize_model(source, [QuantizeTarget(FILE_TYPES["F16"], tmp_path / "copy.gguf")])
+    finally:
+        source.close()
+    original, copied = src.read_bytes(), (tmp_path / "copy.gguf").read_bytes()
+    tensors_in, tensors_out = read_gguf_layout(src).tensors, read_gguf_layout(tmp_path / "copy.gguf").tensors
+    out_by_name = {t.name: t for t in tensors_out}  # written in llama.cpp's tensor order
+    assert sorted(out_by_name) == sorted(t.name for t in tensors_in)
+    for a in tensors_in:
+        b = out_by_name[a.name]
+        assert original[a.offset:a.offset + a.nbytes] == copied[b.offset:b.offset + b.nbytes], a.name
+
+    source = GGUFSource(src)
+    try:
+        with open(src, "r+b") as f:  # the model changes on disk after it was opened
+            f.truncate(len(original) - 5000)
+        with pytest.raises(QuantDeskError, match="ended inside tensor"):
+            quantize_model(source, [QuantizeTarget(FILE_TYPES["F16"], tmp_path / "cut.gguf")])
+    finally:
+        source.close()
+    assert not (tmp_path / "cut.gguf").exists()
 
 
 def test_bad_requests_are_clear_errors(tiny_models, tmp_path):
