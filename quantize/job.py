@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
-from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_bf16_bits, row_bytes
+from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_bf16_bits, f32_to_f16_bits, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
 from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
@@ -121,13 +121,20 @@ class _RoundedSource:
         if stored == T.F32:
             return dataclasses.replace(t, stored_type=T.F32)
 
-        def load(original=t.load, shape=t.shape) -> np.ndarray:
+        def load_stored(original=t.load, shape=t.shape) -> np.ndarray:
             values = original()
-            if stored == T.F16:
-                return values.astype(np.float16).astype(np.float32)
-            return bf16_bits_to_f32(f32_to_bf16_bits(values)).reshape(shape)
+            if stored == T.F16:  # the converter's cast (numpy's, as gguf-py's)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    return values.astype(np.float16)
+            return f32_to_bf16_bits(values).reshape(shape)
 
-        return dataclasses.replace(t, stored_type=stored, load=load, load_stored=None)
+        def load(stored_load=load_stored) -> np.ndarray:
+            values = stored_load()
+            return values.astype(np.float32) if values.dtype == np.float16 else bf16_bits_to_f32(values)
+
+        # The job takes the 16-bit values as the intermediate file would hold them: an F16
+        # or BF16 target copies them as they are, as llama-quantize copies that file's tensors.
+        return dataclasses.replace(t, stored_type=stored, load=load, load_stored=load_stored)
 
 
 def open_source(path: Union[Path, str]) -> TensorSource:
@@ -242,6 +249,8 @@ class _TensorEncoder:
             last = min(stop, first + step)
             if qtype == T.BF16 and rows.dtype != np.uint16:  # one compiled pass, into the output
                 to_bf16_bits(rows[first:last], out[first:last].view(np.uint16))
+            elif qtype == T.F16:  # ggml's NaN, not numpy's (encode_rows has the converter's cast)
+                out[first:last] = f32_to_f16_bits(to_f32(rows[first:last])).view(np.uint8)
             else:
                 out[first:last] = encode_rows(to_f32(rows[first:last]), qtype, weights)
 

@@ -40,3 +40,21 @@ def test_bfloat16_bits_are_written_into_a_given_output():
     to_bf16_bits(values[2:5], out[2:5].view(np.uint16))
     assert np.array_equal(out[2:5].view(np.uint16), _ggml_bf16(to_f32(values[2:5])).reshape(3, 512))
     assert not out[:2].any() and not out[5:].any()
+
+
+def test_float32_bit_patterns_round_to_float16_as_ggml_does():
+    """An F32 (or BF16) model quantized to F16: numpy's cast rounds like ggml but keeps a
+    NaN's payload; ggml writes one quiet NaN per sign (0x7E00). Checked on every kind."""
+    from quantize.encode import f32_to_f16_bits
+
+    rng = np.random.default_rng(16)
+    bits = rng.integers(0, 1 << 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    special = [0x7F800000, 0xFF800000, 0x7F800001, 0xFFC00001, 0x7FBFFFFF, 0xFFFFFFFF, 0x477FEFFF,
+               0x477FF000, 0x33000000, 0x33000001, 0x387FC000, 0x38800000, 0x00000001, 0x80000000]
+    bits[:len(special) * 64] = np.repeat(np.array(special, np.uint32), 64)
+    values = bits.view(np.float32).reshape(-1, 256)
+    assert np.isnan(values).sum() > 2000  # random patterns: ~0.4% NaN, most with a payload
+    ggml = ggml_quantize(values, T.F16).view(np.uint16)
+    assert np.array_equal(f32_to_f16_bits(values), ggml)
+    with np.errstate(over="ignore"):
+        assert not np.array_equal(values.astype(np.float16).view(np.uint16), ggml)  # why it exists
