@@ -63,6 +63,15 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     return rounded
 
 
+def quiet_bf16_nans(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bits as :func:`f32_to_bf16_bits` gives them back after widening: the same,
+    but every NaN quiet (bit 6 set, as ggml and gguf-py round). In place; returns ``bits``."""
+    nan = (bits & np.uint16(0x7FFF)) > np.uint16(0x7F80)
+    if nan.any():
+        bits[nan] |= np.uint16(0x0040)
+    return bits
+
+
 def f32_to_f16_bits(values: np.ndarray) -> np.ndarray:
     """float32 → float16 bit patterns (uint16), as llama_model_quantize writes them
     (``ggml_compute_fp32_to_fp16``).

@@ -61,11 +61,13 @@ def write_gguf(
     report: Optional[ProgressCallback] = None,
     cancel: Optional[CancelToken] = None,
     stage: str = "Writing",
+    load: Callable[[SourceTensor], np.ndarray] = lambda tensor: tensor.load(),
 ) -> Path:
     """Write ``planned`` tensors with ``metadata`` to ``target`` atomically.
 
     Progress is reported in output bytes, with the tensor name as detail; the cancel
     token is checked before each tensor. On cancel or error no file is left behind.
+    ``load`` gives ``encode`` each tensor's values (float32 by default).
     """
     total = sum(p.nbytes for p in planned)
     progress = ProgressReporter(report, total, stage)
@@ -76,7 +78,7 @@ def write_gguf(
         return [data]
 
     write_ggufs([GGUFOutput(Path(target), arch, metadata, planned)],
-                [p.tensor for p in planned], encode_one, cancel)
+                [p.tensor for p in planned], encode_one, cancel, load=load)
     return Path(target)
 
 

@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
-from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_bf16_bits, f32_to_f16_bits, row_bytes
+from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_f16_bits, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
 from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
@@ -118,15 +118,13 @@ class _RoundedSource:
 
     @staticmethod
     def _rounded(t: SourceTensor, stored: T) -> SourceTensor:
+        from quantize.convert.convert import converted_values
+
         if stored == T.F32:
             return dataclasses.replace(t, stored_type=T.F32)
 
-        def load_stored(original=t.load, shape=t.shape) -> np.ndarray:
-            values = original()
-            if stored == T.F16:  # the converter's cast (numpy's, as gguf-py's)
-                with np.errstate(over="ignore", invalid="ignore"):
-                    return values.astype(np.float16)
-            return f32_to_bf16_bits(values).reshape(shape)
+        def load_stored(tensor=t) -> np.ndarray:
+            return converted_values(tensor, stored)
 
         def load(stored_load=load_stored) -> np.ndarray:
             values = stored_load()

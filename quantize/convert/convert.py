@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback
 from quantize.convert.hf_source import open_hf_folder
-from quantize.encode import encode_rows
+from quantize.encode import encode_rows, quiet_bf16_nans
 from quantize.gguf_output import PlannedTensor, write_gguf
 from quantize.source import MetadataEntry, SourceTensor
 
@@ -34,9 +34,29 @@ def output_type(tensor: SourceTensor, requested: GGMLQuantizationType) -> GGMLQu
     return requested
 
 
+def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.ndarray:
+    """``tensor`` as the converter writes it as ``qtype``: float32, float16, or bfloat16
+    bits (uint16), in ``tensor.shape``.
+
+    A weight already stored in its output's 16-bit type is taken as stored, with no
+    float32 round trip (that round trip changes no bits but a BF16 NaN's quiet bit,
+    which :func:`quantize.encode.quiet_bf16_nans` sets); the others are rounded from
+    float32 as llama.cpp's converter rounds them (numpy's cast for F16).
+    """
+    if qtype in (GGMLQuantizationType.F16, GGMLQuantizationType.BF16) and tensor.stored_type == qtype \
+            and tensor.load_stored is not None:
+        return quiet_bf16_nans(tensor.load_stored()) if qtype == GGMLQuantizationType.BF16 else tensor.load_stored()
+    values = tensor.load()
+    if qtype == GGMLQuantizationType.F32:
+        return values
+    rows = values.reshape(tensor.n_rows, tensor.n_per_row)
+    return encode_rows(rows, qtype).view(np.float16 if qtype == GGMLQuantizationType.F16 else np.uint16) \
+        .reshape(tensor.shape)
+
+
 def encode_tensor(planned: PlannedTensor, values: np.ndarray) -> np.ndarray:
-    """Float32 values → the planned float type's bytes (:func:`quantize.encode.encode_rows`)."""
-    return encode_rows(values.reshape(planned.tensor.n_rows, planned.tensor.n_per_row), planned.qtype)
+    """:func:`converted_values` → the planned type's bytes."""
+    return np.ascontiguousarray(values).view(np.uint8).reshape(planned.tensor.n_rows, -1)
 
 
 def default_output_path(model_dir: Path, outtype: str) -> Path:
@@ -74,5 +94,6 @@ def convert(
         metadata = source.metadata()
         metadata.append(MetadataEntry("general.file_type", int(file_type), GGUFValueType.UINT32))
         planned = [PlannedTensor(t, output_type(t, qtype)) for t in source.tensors()]
+        types = {p.tensor.name: p.qtype for p in planned}
         return write_gguf(target, source.arch, metadata, planned, encode_tensor, report, cancel,
-                          stage="Converting")
+                          stage="Converting", load=lambda t: converted_values(t, types[t.name]))

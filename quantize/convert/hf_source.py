@@ -114,7 +114,7 @@ class HFSource:
             if gguf_name == "token_embd.weight":
                 shape = self._embedding_shape(shape, record)
             out.append(SourceTensor(gguf_name, shape, STORED_TYPES.get(record.dtype, GGMLQuantizationType.F32),
-                                    self._loader(hf_name, record, shape)))
+                                    *self._loaders(hf_name, record, shape)))
         return out
 
     def _embedding_shape(self, shape: tuple[int, ...], record: TensorRecord) -> tuple[int, ...]:
@@ -127,7 +127,11 @@ class HFSource:
                 f"tokenizer has {n_tokens} tokens.", "The tokenizer and the weights do not match.")
         return shape
 
-    def _loader(self, hf_name: str, record: TensorRecord, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
+    def _loaders(self, hf_name: str, record: TensorRecord, shape: tuple[int, ...]
+                 ) -> tuple[Callable[[], np.ndarray], Optional[Callable[[], np.ndarray]]]:
+        """``load`` (float32) and ``load_stored`` (the checkpoint's own 16-bit values, when
+        the tensor needs no arithmetic: trimming and the Q/K row order are exact on any
+        dtype; a norm offset is not, so such a tensor has no ``load_stored``)."""
         family, config = self.family, self.config
         n_head = config["num_attention_heads"]
         n_head_kv = config.get("num_key_value_heads") or n_head
@@ -139,17 +143,23 @@ class HFSource:
             heads = n_head_kv
         shift = family.norm_offset if hf_name.endswith("norm.weight") else 0.0
 
-        def load() -> np.ndarray:
-            values = record.load_f32()
+        def arranged(values: np.ndarray) -> np.ndarray:
             if values.shape != shape:
                 values = values[: shape[0]]  # trimmed embedding rows: still contiguous
             if heads is not None:
                 values = permute_qk_rows(values, heads)
+            return values
+
+        def load() -> np.ndarray:
+            values = arranged(record.load_f32())
             if shift:
                 values += np.float32(shift)
             return np.ascontiguousarray(values, dtype=np.float32)
 
-        return load
+        def load_stored() -> np.ndarray:
+            return np.ascontiguousarray(arranged(record.load_stored()))
+
+        return load, (None if shift else load_stored)
 
     def close(self) -> None:
         """Release the memory maps of the weight files."""

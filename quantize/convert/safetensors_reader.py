@@ -54,6 +54,10 @@ class TensorRecord:
         """The values as a new C-contiguous float32 array of :attr:`shape`."""
         return self.file.read_f32(self)
 
+    def load_stored(self) -> np.ndarray:
+        """The values as stored (see :meth:`SafetensorsFile.read_stored`), a new array."""
+        return self.file.read_stored(self)
+
 
 def _bad(path: Path, why: str) -> QuantDeskError:
     return QuantDeskError(
@@ -138,6 +142,14 @@ class SafetensorsFile:
         unmaps them from this process, which is what keeps converting a model larger than
         RAM flat in memory.
         """
+        return self._read(record, as_stored=False)
+
+    def read_stored(self, record: TensorRecord) -> np.ndarray:
+        """Copy one tensor out of the mapping as stored — float16, bfloat16 bits as uint16,
+        or float32 — then drop its pages from our RSS (see :meth:`read_f32`)."""
+        return self._read(record, as_stored=True)
+
+    def _read(self, record: TensorRecord, as_stored: bool) -> np.ndarray:
         if record.dtype not in FLOAT_DTYPES:
             raise QuantDeskError(
                 f"{record.name} in {self.path.name} is stored as {record.dtype}, which QuantDesk "
@@ -146,9 +158,11 @@ class SafetensorsFile:
         np_dtype, _ = FLOAT_DTYPES[record.dtype]
         count = (record.end - record.begin) // np_dtype.itemsize
         if self._map is None or count == 0:
-            return np.zeros(record.shape, dtype=np.float32)
+            return np.zeros(record.shape, dtype=np_dtype if as_stored else np.float32)
         raw = np.frombuffer(self._map, dtype=np_dtype, count=count, offset=record.begin)
-        if record.dtype == "BF16":
+        if as_stored:
+            values = raw.copy()
+        elif record.dtype == "BF16":
             values = bf16_bits_to_f32(raw)  # bfloat16 is the top half of a float32
         else:
             values = raw.astype(np.float32)  # always a copy, so the mapping can be released

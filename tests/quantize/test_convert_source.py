@@ -77,6 +77,50 @@ def test_bf16_checkpoint_to_bf16_gguf_keeps_every_bit(tmp_path):
                                           bits, err_msg=name)
 
 
+@pytest.mark.parametrize("dtype, outtype", [("bfloat16", "bf16"), ("float16", "f16")])
+def test_16_bit_weights_in_their_own_type_are_written_as_the_float32_round_trip_writes_them(tmp_path, dtype, outtype):
+    """A weight already in the output's 16-bit type is taken as stored (no float32 round
+    trip); the bits must still be those of the round trip: the same, but a BF16 NaN made
+    quiet. NaNs with payloads are planted in a Q projection (rows reordered by the
+    converter) and an MLP matrix."""
+    from quantize.convert.safetensors_reader import SafetensorsFile
+    from quantize.encode import f32_to_bf16_bits
+
+    ck = write_tiny_checkpoint(tmp_path / "m", arch="llama", dtype=dtype)
+    nans = np.array([0x7F81, 0xFF90, 0x7FC1, 0x7F80, 0xFFFF] if dtype == "bfloat16"
+                    else [0x7C01, 0xFE10, 0x7E01, 0x7C00, 0xFFFF], np.uint16)
+    planted = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight")
+    for f in ck.weight_files:
+        records = SafetensorsFile(f).tensors
+        with open(f, "r+b") as fh:
+            for name in planted:
+                if name in records:
+                    for k, bits in enumerate(nans):  # row k, value 3k
+                        fh.seek(records[name].begin + 2 * (k * records[name].shape[1] + 3 * k))
+                        fh.write(bits.tobytes())
+    out = convert(ck.path, tmp_path / "o.gguf", outtype)
+    with open_hf_folder(ck.path) as source:
+        expected = {}
+        for t in source.tensors():
+            if len(t.shape) < 2:
+                continue
+            values = t.load()  # float32, rearranged: the round trip's input
+            expected[t.name] = (f32_to_bf16_bits(values) if dtype == "bfloat16"
+                                else values.astype(np.float16).view(np.uint16))
+            if t.name in ("blk.0.attn_q.weight", "blk.1.ffn_up.weight"):
+                assert np.isnan(values).sum() == 4  # four NaNs planted, one infinity
+    ours = _gguf_tensors(out)
+    for name, bits in expected.items():
+        got = np.asarray(ours[name].data).view(np.uint16).reshape(bits.shape)
+        np.testing.assert_array_equal(got, bits, err_msg=name)
+    up = np.asarray(ours["blk.1.ffn_up.weight"].data).view(np.uint16)  # not reordered: row k, value 3k
+    planted_out = [int(up.reshape(-1, up.shape[-1])[k, 3 * k]) for k in range(len(nans))]
+    if dtype == "bfloat16":  # the signalling NaNs come out quiet, the quiet ones and inf as they were
+        assert planted_out == [0x7FC1, 0xFFD0, 0x7FC1, 0x7F80, 0xFFFF]
+    else:  # numpy's float16 -> float32 -> float16 keeps every bit
+        assert planted_out == [int(b) for b in nans]
+
+
 def test_output_types_follow_the_reference_rules(tmp_path):
     ck = write_tiny_checkpoint(tmp_path / "m", arch="qwen2")
     types = {t.name: t.tensor_type for t in GGUFReader(convert(ck.path, tmp_path / "o.gguf", "f16")).tensors}
