@@ -72,24 +72,6 @@ def quiet_bf16_nans(bits: np.ndarray) -> np.ndarray:
     return bits
 
 
-def f32_to_f16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 → float16 bit patterns (uint16), as llama_model_quantize writes them
-    (``ggml_compute_fp32_to_fp16``).
-
-    Round to nearest even and overflow to infinity, as numpy's cast does; but every NaN
-    becomes ``sign | 0x7E00`` (ggml's one quiet NaN), where numpy keeps the payload. So
-    the quantizer's F16 output uses this, and the converter's (:func:`encode_rows`) keeps
-    numpy's cast, as llama.cpp's own converter (gguf-py) does.
-    """
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the rounding asked for
-        bits = values.astype(np.float16).view(np.uint16)
-    nan = np.isnan(values)
-    if nan.any():
-        bits[nan] = ((values.view(np.uint32)[nan] >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00)
-    return bits
-
-
 def encode_rows(values: np.ndarray, qtype: GGMLQuantizationType,
                 imatrix: Optional[np.ndarray] = None) -> np.ndarray:
     """Encode float32 ``values`` of shape ``(rows, n_per_row)`` as ``qtype``.
@@ -103,7 +85,7 @@ def encode_rows(values: np.ndarray, qtype: GGMLQuantizationType,
     rows = values.shape[0]
     if qtype == GGMLQuantizationType.F32:
         return values.view(np.uint8).reshape(rows, -1)
-    if qtype == GGMLQuantizationType.F16:  # the converter's cast (gguf-py's numpy); see f32_to_f16_bits
+    if qtype == GGMLQuantizationType.F16:  # numpy's cast: NaN payloads kept (ggml's NaN: blocks.widen.to_f16_bits)
         return values.astype(np.float16).view(np.uint8).reshape(rows, -1)
     if qtype == GGMLQuantizationType.BF16:
         return f32_to_bf16_bits(values).view(np.uint8).reshape(rows, -1)

@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
-from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, f32_to_f16_bits, row_bytes
+from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
 from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
@@ -240,15 +240,15 @@ class _TensorEncoder:
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
         check(self.cancel)
-        from quantize.blocks.widen import to_bf16_bits, to_f32
+        from quantize.blocks.widen import to_bf16_bits, to_f16_bits, to_f32
 
         step = max(1, _PIECE_VALUES // rows.shape[1])
         for first in range(start, stop, step):
             last = min(stop, first + step)
             if qtype == T.BF16 and rows.dtype != np.uint16:  # one compiled pass, into the output
                 to_bf16_bits(rows[first:last], out[first:last].view(np.uint16))
-            elif qtype == T.F16:  # ggml's NaN, not numpy's (encode_rows has the converter's cast)
-                out[first:last] = f32_to_f16_bits(to_f32(rows[first:last])).view(np.uint8)
+            elif qtype == T.F16:  # one compiled pass too, with ggml's NaN (encode_rows has numpy's)
+                to_f16_bits(rows[first:last], out[first:last].view(np.uint16))
             else:
                 out[first:last] = encode_rows(to_f32(rows[first:last]), qtype, weights)
 

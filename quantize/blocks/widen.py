@@ -10,6 +10,10 @@ than the Q4_0 kernel that followed it; this loop vectorizes (ggml's own integer 
 A BF16 file made from an F16 (or F32) model goes the same way in one pass per value:
 widened, then rounded to bfloat16 as :func:`quantize.encode.f32_to_bf16_bits` (ggml's
 ``ggml_compute_fp32_to_bf16``) does, where numpy took five passes over float32 copies.
+An F16 file from a BF16 (or F32) model likewise (:func:`to_f16_bits`): rounded to
+nearest even, with a NaN written the way the caller's reference writes it — ggml's one
+quiet NaN for the quantizer, numpy's payload-keeping NaN for the converter (llama.cpp's
+converter casts with numpy). numpy's own cast ran at 60-240 M values/s here.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from quantize.blocks.jit import bf16_to_fp32, f32_bits, fp16_to_fp32, inline, streaming_kernel
+from quantize.blocks.jit import bf16_to_fp32, f32_bits, fp16_to_fp32, fp32_to_fp16, inline, streaming_kernel
 
 
 @streaming_kernel
@@ -81,4 +85,47 @@ def to_bf16_bits(values: np.ndarray, out: Optional[np.ndarray] = None) -> np.nda
         _f16_to_bf16(values.view(np.uint16).reshape(-1), out.reshape(-1))
     else:
         _f32_to_bf16(values.reshape(-1), out.reshape(-1))
+    return out
+
+
+@inline
+def _f16_bits(value, numpy_nan):
+    """float32 -> float16 bits, rounded to nearest even (ggml's routine). A NaN is ggml's
+    ``sign | 0x7E00``, or with ``numpy_nan`` what ``npy_floatbits_to_halfbits`` makes of
+    it: ``sign | 0x7C00 + (significand >> 13)``, and ``0x7C01`` where that would be 0."""
+    h = fp32_to_fp16(value)
+    if numpy_nan:
+        bits = np.uint32(f32_bits(value))
+        if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            payload = max((bits & np.uint32(0x007FFFFF)) >> np.uint32(13), np.uint32(1))
+            h = np.uint16(((bits >> np.uint32(16)) & np.uint32(0x8000)) | (np.uint32(0x7C00) + payload))
+    return h
+
+
+@streaming_kernel
+def _bf16_to_f16(bits, out, numpy_nan):
+    for i in range(bits.shape[0]):
+        out[i] = _f16_bits(bf16_to_fp32(bits[i]), numpy_nan)
+
+
+@streaming_kernel
+def _f32_to_f16(values, out, numpy_nan):
+    for i in range(values.shape[0]):
+        out[i] = _f16_bits(values[i], numpy_nan)
+
+
+def to_f16_bits(values: np.ndarray, out: Optional[np.ndarray] = None, numpy_nan: bool = False) -> np.ndarray:
+    """bfloat16 bits (uint16) or float32 ``values`` as float16 bits (uint16), in one pass.
+
+    Rounded as ggml's ``GGML_FP32_TO_FP16`` and numpy's cast both round (nearest even,
+    overflow to infinity); NaN as ggml writes it, or as numpy does with ``numpy_nan``.
+    ``out`` (uint16, the shape of ``values``) receives the bits when given.
+    """
+    if values.dtype not in (np.uint16, np.float32):
+        raise TypeError(f"cannot round {values.dtype} to float16")
+    values = np.ascontiguousarray(values)
+    if out is None:
+        out = np.empty(values.shape, np.uint16)
+    kernel = _bf16_to_f16 if values.dtype == np.uint16 else _f32_to_f16
+    kernel(values.reshape(-1), out.reshape(-1), bool(numpy_nan))
     return out

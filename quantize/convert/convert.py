@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback
 from quantize.convert.hf_source import open_hf_folder
-from quantize.encode import encode_rows, quiet_bf16_nans
+from quantize.encode import quiet_bf16_nans
 from quantize.gguf_output import PlannedTensor, write_gguf
 from quantize.source import MetadataEntry, SourceTensor
 
@@ -41,17 +41,19 @@ def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.nd
     A weight already stored in its output's 16-bit type is taken as stored, with no
     float32 round trip (that round trip changes no bits but a BF16 NaN's quiet bit,
     which :func:`quantize.encode.quiet_bf16_nans` sets); the others are rounded from
-    float32 as llama.cpp's converter rounds them (numpy's cast for F16).
+    what is stored as llama.cpp's converter rounds them from float32 (numpy's cast for
+    F16, NaN payloads and all), in one compiled pass (:mod:`quantize.blocks.widen`).
     """
-    if qtype in (GGMLQuantizationType.F16, GGMLQuantizationType.BF16) and tensor.stored_type == qtype \
-            and tensor.load_stored is not None:
-        return quiet_bf16_nans(tensor.load_stored()) if qtype == GGMLQuantizationType.BF16 else tensor.load_stored()
-    values = tensor.load()
     if qtype == GGMLQuantizationType.F32:
-        return values
-    rows = values.reshape(tensor.n_rows, tensor.n_per_row)
-    return encode_rows(rows, qtype).view(np.float16 if qtype == GGMLQuantizationType.F16 else np.uint16) \
-        .reshape(tensor.shape)
+        return tensor.load()
+    stored = tensor.load_stored() if tensor.load_stored is not None else tensor.load()
+    if stored.dtype == (np.float16 if qtype == GGMLQuantizationType.F16 else np.uint16):
+        return quiet_bf16_nans(stored) if qtype == GGMLQuantizationType.BF16 else stored
+    from quantize.blocks.widen import to_bf16_bits, to_f16_bits  # compiled: one pass, memory speed
+
+    if qtype == GGMLQuantizationType.F16:  # from bfloat16 bits or float32
+        return to_f16_bits(stored, numpy_nan=True).view(np.float16)
+    return to_bf16_bits(stored)  # from float16 or float32: gguf-py's rounding is ggml's
 
 
 def encode_tensor(planned: PlannedTensor, values: np.ndarray) -> np.ndarray:

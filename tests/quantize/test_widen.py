@@ -42,19 +42,24 @@ def test_bfloat16_bits_are_written_into_a_given_output():
     assert not out[:2].any() and not out[5:].any()
 
 
-def test_float32_bit_patterns_round_to_float16_as_ggml_does():
-    """An F32 (or BF16) model quantized to F16: numpy's cast rounds like ggml but keeps a
-    NaN's payload; ggml writes one quiet NaN per sign (0x7E00). Checked on every kind."""
-    from quantize.encode import f32_to_f16_bits
+def test_float32_and_bfloat16_bit_patterns_round_to_float16_as_ggml_or_numpy_do():
+    """F16 outputs in one compiled pass: the quantizer's as llama_model_quantize writes them
+    (ggml: one quiet NaN per sign), the converter's as numpy's cast (llama.cpp's converter),
+    which keeps a NaN's payload. Every bfloat16 pattern, 1M float32 patterns with specials."""
+    from quantize.blocks.widen import to_f16_bits
 
     rng = np.random.default_rng(16)
     bits = rng.integers(0, 1 << 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
     special = [0x7F800000, 0xFF800000, 0x7F800001, 0xFFC00001, 0x7FBFFFFF, 0xFFFFFFFF, 0x477FEFFF,
                0x477FF000, 0x33000000, 0x33000001, 0x387FC000, 0x38800000, 0x00000001, 0x80000000]
     bits[:len(special) * 64] = np.repeat(np.array(special, np.uint32), 64)
-    values = bits.view(np.float32).reshape(-1, 256)
-    assert np.isnan(values).sum() > 2000  # random patterns: ~0.4% NaN, most with a payload
-    ggml = ggml_quantize(values, T.F16).view(np.uint16)
-    assert np.array_equal(f32_to_f16_bits(values), ggml)
-    with np.errstate(over="ignore"):
-        assert not np.array_equal(values.astype(np.float16).view(np.uint16), ggml)  # why it exists
+    every_bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for stored, values in ((bits.view(np.float32), bits.view(np.float32)),
+                           (every_bf16, (every_bf16.astype(np.uint32) << 16).view(np.float32))):
+        assert np.isnan(values).sum() > 250
+        ggml = ggml_quantize(values.reshape(-1, 256), T.F16).view(np.uint16).reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            numpy_cast = values.astype(np.float16).view(np.uint16)
+        assert np.array_equal(to_f16_bits(stored), ggml)
+        assert np.array_equal(to_f16_bits(stored, numpy_nan=True), numpy_cast)
+        assert not np.array_equal(numpy_cast, ggml)  # NaNs: why both exist
