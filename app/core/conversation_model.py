@@ -52,22 +52,22 @@ def choose_conversation_model(recorded: Optional[str], loaded: Optional[Path]) -
         loaded: The model the chat engine has loaded or is loading (``None``: none).
 
     Returns:
-        The :class:`ModelChoice`. The recorded file is looked at on disk (one ``stat``)
-        only when it is not the loaded model.
+        The :class:`ModelChoice`, its path resolved (symbolic links followed), the form
+        the Library and the model picker use, so one file is one model however it was
+        named. Resolving and one ``stat`` are the only disk access.
     """
     if not recorded:
         return ModelChoice(KEEP)
-    path = Path(recorded)
-    if loaded is not None and Path(loaded) == path:
+    path = Path(recorded).expanduser().resolve()
+    if loaded is not None and Path(loaded).resolve() == path:
         return ModelChoice(KEEP, path)
     if not path.is_file():
         return ModelChoice(MISSING, path, (
-            f"This conversation was written with {path.name}, but {path} is no longer there "
-            "(moved or deleted). You can read it and continue it with another model: choose "
-            "one in the Model list. If you put the file back, reopen the conversation."))
+            f"This conversation's model, {path}, is no longer there (moved or deleted). "
+            "Choose another model in the Model list to continue it; to use the same one, put "
+            "the file back and reopen the conversation."))
     if loaded is None:
         return ModelChoice(LOAD, path)
-    other = Path(loaded).name
     return ModelChoice(OFFER, path, (
-        f"This conversation was written with {path.name}, and {other} is loaded now: "
-        f"continue with {other}, or load {path.name}."))
+        f"This conversation was written with {path.name}. {Path(loaded).name} is loaded "
+        "now and will answer what you send next."))

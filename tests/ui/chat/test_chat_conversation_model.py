@@ -8,16 +8,12 @@ worker threads that load and stream).
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.core.conversations import ConversationStore
-from tests.ui.chat.conftest import open_chat_window, wait_reply
+from tests.ui.chat.conftest import open_chat_window, second_model_file, wait_reply
 
 
 def saved_conversation(model) -> str:
@@ -27,16 +23,6 @@ def saved_conversation(model) -> str:
     store.add_messages(conversation.id, [{"role": "user", "content": "Name a fruit."},
                                          {"role": "assistant", "content": "Apple."}])
     return conversation.id
-
-
-def second_model_file(model: Path, folder: Path) -> Path:
-    """Another model file (the same weights under another name): a hard link, else a copy."""
-    other = folder / "SmolLM2-copy.Q4_1.gguf"
-    try:
-        os.link(model, other)
-    except OSError:
-        shutil.copyfile(model, other)
-    return other
 
 
 # -- without an engine ------------------------------------------------------------------
@@ -51,7 +37,7 @@ def test_a_conversation_whose_model_file_has_gone_opens_with_a_sentence(qtbot, t
     assert "Apple." in page.transcript.toPlainText()  # the conversation opened anyway
     assert page.banner.isVisible() and page.banner.level() == "warning"
     text = page.banner.text()
-    assert str(gone) in text and "no longer there" in text and "choose one in the Model list" in text
+    assert str(gone) in text and "no longer there" in text and "Choose another model in the Model list" in text
     assert page.banner.action_button.isHidden()
     assert not page.engine.loading and page.engine.model_path is None  # nothing was tried
     assert page.panel.current_model() is None  # the picker offers the Library's models
