@@ -127,7 +127,8 @@ class _SavedChat:
             print(f"(saved as conversation {self.id[:8]}; reopen it with --resume {self.id[:8]})",
                   file=sys.stderr)
         self.store.add_messages(self.id, new + [user, {"role": "assistant", "content": reply.text,
-                                                       "stats": reply.stats.to_dict()}])
+                                                       "stats": reply.stats.to_dict()}],
+                                model=self.model)
 
     def reset(self) -> None:
         self.history, self.stored = list(self.start), False
@@ -148,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
     if args.no_save and args.resume:
         raise QuantDeskError("--resume and --no-save cannot be used together.",
                              "Leave out --no-save to continue a saved conversation.")
-    chat = _SavedChat(None if args.no_save else ConversationStore(), str(args.model),
+    # The absolute path: the form the GUI's model picker and the Library know, so the
+    # window reopens the conversation with its model from any working directory.
+    model_path = str(Path(args.model).expanduser().resolve())
+    chat = _SavedChat(None if args.no_save else ConversationStore(), model_path,
                       args.system, args.resume)
     with EngineClient() as client:
         print(f"Loading {args.model} ...", file=sys.stderr, flush=True)

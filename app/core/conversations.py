@@ -213,7 +213,7 @@ class ConversationStore:
         return conversation
 
     def add_messages(self, conversation_id: str, messages: list[dict],
-                     parent: Optional[int] = None) -> list[int]:
+                     parent: Optional[int] = None, model: Optional[str] = None) -> list[int]:
         """Add messages as a chain after ``parent``, all in one transaction (a turn: the
         user's message and the reply), and make the last one the conversation's head.
         The first user message titles an untitled conversation.
@@ -225,6 +225,9 @@ class ConversationStore:
                 branch on screen), the parent of an answer to regenerate it (a new
                 version), the parent of a user message to edit it (a new branch), or
                 :data:`ROOT`.
+            model: The model file that wrote the reply among ``messages``: it becomes the
+                conversation's model (the one reopening it brings back), so a
+                conversation continued with another model reopens with that one.
 
         Returns:
             The ``seq`` of each added message.
@@ -257,6 +260,8 @@ class ConversationStore:
                 after = seq
             db.execute("UPDATE conversations SET updated = ?, title = ?, head = ? WHERE id = ?",
                        (now, title, after, conversation_id))
+            if model is not None:
+                db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
         return seqs
 
     def get(self, conversation_id: str) -> Conversation:
@@ -337,6 +342,14 @@ class ConversationStore:
             db.execute("UPDATE messages SET hidden = 1 WHERE conversation_id = ? AND seq = ?",
                        (full_id, seq))
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), full_id))
+
+    def model_of(self, conversation_id: str) -> Optional[str]:
+        """The path of the model the conversation was last written with (``None`` when
+        none was recorded)."""
+        full_id = self.resolve(conversation_id)
+        with self._db() as db:
+            row = db.execute("SELECT model FROM conversations WHERE id = ?", (full_id,)).fetchone()
+        return row[0] if row else None
 
     def settings(self, conversation_id: str) -> dict:
         """The conversation's own settings (system prompt, sampling, schema text...)."""

@@ -127,3 +127,17 @@ def test_chats_are_saved_reopened_from_their_kv_state_and_deleted(smollm2_gguf):
                              timeout=60, cwd=REPO_ROOT)
     assert missing.returncode != 0 and "no saved conversation" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_chat_records_the_models_absolute_path_given_a_relative_one(smollm2_gguf):
+    """`quantdesk chat model.gguf` run in the model's folder records the full path, the form
+    the window's model picker knows, so the window reopens the conversation with its model."""
+    from app.core.conversations import ConversationStore
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))  # this checkout's app, from another folder
+    run = subprocess.run(cli("chat", smollm2_gguf.name, *FAST, "--temperature", "0", "--max-tokens", "4"),
+                         input="Hi\n/exit\n", capture_output=True, text=True, timeout=300,
+                         cwd=smollm2_gguf.parent, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    [conversation] = ConversationStore().list()
+    assert conversation.model == str(smollm2_gguf.resolve())

@@ -66,7 +66,9 @@ class ChatPage(Page):
         self.branch: list = []
         self.editing = None  # the BranchMessage being edited
         self._reply_parent: Optional[int] = None
+        self._reply_model: Optional[str] = None  # the model writing the reply in progress
         self._pending_load: Optional[Path] = None
+        self._model_notice = ""  # the banner's sentence about a reopened conversation's model
 
         self.conversations = ConversationListModel()
         self.sidebar = ConversationSidebar(self.conversations)
@@ -244,6 +246,7 @@ class ChatPage(Page):
         """Load ``path`` (with its remembered settings unless ``settings``)."""
         from app.core import model_settings
 
+        self._clear_model_notice()  # a model was chosen: the offer or warning has had its say
         if self.engine.streaming:
             self.engine.stop()  # a new model ends the reply in progress
         if self.engine.loading:
@@ -336,18 +339,21 @@ class ChatPage(Page):
         self.ensure_started()
         self.conversation_id, self.stored, self.branch = new_conversation_id(), False, []
         self._cancel_edit()
+        self._clear_model_notice()
         self.transcript.clear_messages()
         self.sidebar.select(None)
         self.focus_message_box()
 
     def open_conversation(self, conversation_id: str) -> None:
-        """Show a saved conversation; its next reply continues from its saved KV state."""
+        """Show a saved conversation with its settings and bring back its model; its next
+        reply continues from its saved KV state."""
         if self._refuse_while_streaming():
             return
         self.ensure_started()
         try:
             self.branch = self.store.branch(conversation_id)
             settings = self.store.settings(conversation_id)
+            model = self.store.model_of(conversation_id)
         except QuantDeskError as exc:
             return self.banner.show_message(exc.user_message, "error")
         self.conversation_id, self.stored = self.store.resolve(conversation_id), True
@@ -355,7 +361,49 @@ class ChatPage(Page):
         self._apply_conversation_settings(settings)
         self.transcript.set_messages(self.branch)
         self.sidebar.select(self.conversation_id)
+        self._follow_conversation_model(model)
         self.focus_message_box()
+
+    def _follow_conversation_model(self, recorded: Optional[str]) -> None:
+        """Bring back the model a reopened conversation was written with: load it when
+        none is loaded; offer it (never swap silently: a load is slow and drops the other
+        model's state) when another is; explain a file that has gone."""
+        from app.core.conversation_model import LOAD, MISSING, OFFER, choose_conversation_model
+
+        self._clear_model_notice()
+        engine = self.engine
+        loaded = engine.model_path if (engine.ready or engine.loading) else None
+        choice = choose_conversation_model(recorded, loaded)
+        if choice.action == LOAD:
+            self.panel.show_model(choice.path)
+            self.load_model(choice.path)
+        elif choice.action == OFFER:
+            self._show_model_notice(choice.message, "info", choice.action_text,
+                                    lambda: self._load_offered(choice))
+        elif choice.action == MISSING:
+            self._show_model_notice(choice.message, "warning")
+
+    def _load_offered(self, choice) -> None:
+        """The offer's button: load the conversation's model (not while a reply streams:
+        the offer stays up for later)."""
+        if self._refuse_while_streaming():
+            return self._show_model_notice(choice.message, "info", choice.action_text,
+                                           lambda: self._load_offered(choice))
+        self.panel.show_model(choice.path)
+        self.load_model(choice.path)
+
+    def _show_model_notice(self, text: str, level: str, action_text=None, on_action=None) -> None:
+        """Show a sentence about the conversation's model in the banner (remembered, so
+        that only this sentence is cleared once it no longer applies)."""
+        self._model_notice = text
+        self.banner.show_message(text, level, action_text, on_action)
+
+    def _clear_model_notice(self) -> None:
+        """Hide the banner's sentence about a conversation's model, if it is still the one
+        on show: a model was chosen, another conversation opened, or the chat went on."""
+        if self._model_notice and self.banner.text() == self._model_notice:
+            self.banner.clear()
+        self._model_notice = ""
 
     def _reload_branch(self, limit_all: bool = False) -> None:
         if self.store is not None and self.stored:
@@ -552,20 +600,25 @@ class ChatPage(Page):
         self.composer.show_note("")
         self.composer.set_streaming(True)
         self._reply_parent = parent_for_reply
+        self._reply_model = str(self.engine.model_path) if self.engine.model_path else None
+        self._clear_model_notice()  # the chat goes on with the model that is loaded
         self.focus_message_box()
         return True
 
-    def _store_messages(self, messages: list[dict], parent: Optional[int]) -> Optional[int]:
-        """Store messages (creating the conversation at its first); the last one's seq."""
+    def _store_messages(self, messages: list[dict], parent: Optional[int],
+                        model: Optional[str] = None) -> Optional[int]:
+        """Store messages (creating the conversation at its first); the last one's seq.
+        ``model``: the model that wrote the reply among them, recorded as the
+        conversation's model (the one reopening it brings back)."""
         if self.store is None:
             return None
         try:
             if not self.stored:
-                model = str(self.engine.model_path) if self.engine.model_path else None
-                self.store.create(model=model, conversation_id=self.conversation_id)
+                loaded = str(self.engine.model_path) if self.engine.model_path else None
+                self.store.create(model=loaded, conversation_id=self.conversation_id)
                 self.stored = True
                 self.store.set_settings(self.conversation_id, self.conversation_settings())
-            return self.store.add_messages(self.conversation_id, messages, parent)[-1]
+            return self.store.add_messages(self.conversation_id, messages, parent, model)[-1]
         except QuantDeskError as exc:
             self.banner.show_message(f"This message was not saved: {exc.user_message}", "error")
             return None
@@ -594,7 +647,8 @@ class ChatPage(Page):
         parent = self._reply_parent
         if parent is None and self.branch:
             parent = self.branch[-1].seq
-        seq = self._store_messages([{"role": "assistant", "content": text, "stats": stats}], parent)
+        seq = self._store_messages([{"role": "assistant", "content": text, "stats": stats}], parent,
+                                   self._reply_model)
         if self.stored and seq is not None:
             self.branch = self.store.branch(self.conversation_id)
             message = self.branch[-1]

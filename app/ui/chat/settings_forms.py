@@ -12,7 +12,7 @@ import os
 from dataclasses import replace
 from typing import Optional
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSlider, QSpinBox,
                                QVBoxLayout, QWidget)
@@ -34,8 +34,17 @@ class LoadSettingsForm(QWidget):
         super().__init__(parent)
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
-        self.gpu_layers = QLabeledSlider(Qt.Orientation.Horizontal)
+        # A plain slider and the value in words beside it: "all", "12 of 31", "CPU only",
+        # and "—" before a model is chosen (its layer count is read from its file).
+        self.gpu_layers = QSlider(Qt.Orientation.Horizontal)
         self.gpu_layers.setAccessibleName("GPU layers")
+        self.gpu_layers_value = QLabel()
+        self.gpu_layers_value.setObjectName("gpuLayersValue")
+        self.gpu_layers_value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.gpu_layers_value.setMinimumWidth(self.gpu_layers_value.fontMetrics().horizontalAdvance("CPU only "))
+        gpu_row = QHBoxLayout()
+        gpu_row.addWidget(self.gpu_layers, 1)
+        gpu_row.addWidget(self.gpu_layers_value)
         self.context = QSlider(Qt.Orientation.Horizontal)  # in steps of 256; the label says tokens
         self.context.setAccessibleName("Context length")
         self.context.setRange(1, 16)
@@ -65,7 +74,7 @@ class LoadSettingsForm(QWidget):
         self.verdict.setAccessibleName("Memory fit")
         self.apply_button = QPushButton("Apply and reload")
         self.apply_button.setAccessibleName("Apply load settings")
-        form.addRow("GPU layers", self.gpu_layers)
+        form.addRow("GPU layers", gpu_row)
         form.addRow(self.context_label, self.context)
         form.addRow("Threads", self.threads)
         form.addRow("Batch size", self.batch)
@@ -79,9 +88,11 @@ class LoadSettingsForm(QWidget):
         form.addRow(self.apply_button)
         self._header = None
         self._layers = 0
+        self._wanted_layers = ALL_LAYERS  # the settings' choice, kept until the model's layers are known
         self._ram: int = 0
         self._vram: Optional[int] = None
-        for slider in (self.gpu_layers, self.context, self.threads):
+        self.gpu_layers.valueChanged.connect(self._gpu_layers_moved)
+        for slider in (self.context, self.threads):
             slider.valueChanged.connect(self.update_verdict)
         for box in (self.batch, self.kv_k, self.kv_v):
             box.currentIndexChanged.connect(self.update_verdict)
@@ -94,17 +105,55 @@ class LoadSettingsForm(QWidget):
         self._layers = int(header.arch_value("block_count", 0)) if header is not None else 0
         trained = int(header.arch_value("context_length", 4096) or 4096) if header is not None else 4096
         self.context.setRange(1, max(1, trained // 256))
-        self.gpu_layers.setRange(0, self._layers + 1)
-        self.gpu_layers.setEnabled(bool(vram_available))
-        if not vram_available:
-            self.gpu_layers.setValue(0)
-        self.gpu_layers.setToolTip("" if vram_available else
-                                   "No GPU was found by this llama.cpp build: everything runs on the CPU.")
+        self._show_gpu_layers()
+        self.update_verdict()
+
+    def _show_gpu_layers(self) -> None:
+        """Put the wanted GPU layers on the slider, for the model's layer count.
+
+        The load settings arrive before the model's header (that is read off the GUI
+        thread): "all" must stay "all" once the count is known, not become layer 1 of
+        a model of 0 layers. The slider's range is 0..layers+1, llama.cpp's count with
+        the output layer; the top is "all"."""
+        known, gpu = self._header is not None, bool(self._vram)
+        top = self._layers + 1 if known else 0
+        wanted = top if self._wanted_layers == ALL_LAYERS else min(self._wanted_layers, top)
+        with QSignalBlocker(self.gpu_layers):  # a programmatic move is not a person's choice
+            self.gpu_layers.setRange(0, top)
+            self.gpu_layers.setValue(wanted if gpu else 0)
+        self.gpu_layers.setEnabled(known and gpu)
+        if not known:
+            tip = "Choose a model first: how many of its layers can go to the GPU depends on the model."
+        elif not gpu:
+            tip = "No GPU was found by this llama.cpp build: everything runs on the CPU."
+        else:
+            tip = f"Layers of the model to put on the GPU (all: {top}, the output layer included)."
+        self.gpu_layers.setToolTip(tip)
+        self.gpu_layers_value.setToolTip(tip)
+        self._label_gpu_layers()
+
+    def _label_gpu_layers(self) -> None:
+        """The slider's value in words beside it (also its accessible description)."""
+        value, top = self.gpu_layers.value(), self.gpu_layers.maximum()
+        if self._header is None:
+            text = "—"
+        elif not self._vram:
+            text = "CPU only"
+        else:
+            text = "all" if value == top else f"{value} of {top}"
+        self.gpu_layers_value.setText(text)
+        self.gpu_layers.setAccessibleDescription(text)
+
+    def _gpu_layers_moved(self, value: int) -> None:
+        """A person moved the slider: that is the wanted number from now on."""
+        self._wanted_layers = ALL_LAYERS if value > self._layers else value
+        self._label_gpu_layers()
         self.update_verdict()
 
     def set_settings(self, settings: LoadSettings) -> None:
-        self.gpu_layers.setValue(self._layers + 1 if settings.gpu_layers == ALL_LAYERS
-                                 else settings.gpu_layers)
+        """Show ``settings`` (the GPU layers fully once the model's header is known)."""
+        self._wanted_layers = settings.gpu_layers
+        self._show_gpu_layers()
         self.context.setValue(max(1, (settings.context_length or 4096) // 256))
         self.threads.setValue(settings.threads or max(1, (os.cpu_count() or 2) // 2))
         self.batch.setCurrentIndex(max(0, self.batch.findData(settings.batch_size)))
@@ -118,10 +167,9 @@ class LoadSettingsForm(QWidget):
 
     def settings(self, base: Optional[LoadSettings] = None) -> LoadSettings:
         """The settings as chosen (fields the form does not show come from ``base``)."""
-        layers = self.gpu_layers.value()
         batch = self.batch.currentData()
         return replace(base or LoadSettings(),
-                       gpu_layers=ALL_LAYERS if layers > self._layers else layers,
+                       gpu_layers=self._gpu_layers_setting(),
                        context_length=self.context.value() * 256,
                        threads=self.threads.value(), batch_size=batch,
                        micro_batch_size=min(batch, 512),
@@ -130,6 +178,16 @@ class LoadSettingsForm(QWidget):
                        flash_attention=self.flash.isChecked(), use_mmap=self.mmap.isChecked(),
                        use_mlock=self.mlock.isChecked(),
                        draft_model=self.draft.text().strip() or None)
+
+    def _gpu_layers_setting(self) -> int:
+        """The GPU layers to load with: the wanted number while the model's layers are
+        unknown, 0 without a GPU (as on screen), else the slider's (its top is "all")."""
+        if self._header is None:
+            return self._wanted_layers
+        if not self._vram:
+            return 0
+        layers = self.gpu_layers.value()
+        return ALL_LAYERS if layers > self._layers else layers
 
     def update_verdict(self) -> None:
         """Predict RAM/VRAM for the settings on screen (arithmetic on the cached header)."""

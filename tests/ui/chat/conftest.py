@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tests.models.conftest import FAST_SETTINGS
@@ -34,6 +38,16 @@ def open_chat_window(qtbot, model=None, max_tokens=16, client=None):
         window.open_path(model)
         qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
     return window, page
+
+
+def second_model_file(model: Path, folder: Path) -> Path:
+    """Another model file (the same weights under another name): a hard link, else a copy."""
+    other = folder / "SmolLM2-copy.Q4_1.gguf"
+    try:
+        os.link(model, other)
+    except OSError:
+        shutil.copyfile(model, other)
+    return other
 
 
 @pytest.fixture(scope="module")

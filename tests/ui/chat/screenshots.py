@@ -1,6 +1,7 @@
 """Screenshots of the Chat page for people to look at (run under Xvfb by
-test_chat_xvfb.py): Markdown with highlighted code, the load settings with the memory-fit
-verdict, JSON mode with a valid reply, and the crash banner — in light and dark.
+test_chat_xvfb.py): the panel before a model is chosen, Markdown with highlighted code, the
+load settings with the memory-fit verdict, JSON mode with a valid reply, the crash banner,
+and a reopened conversation's model offered (another is loaded) or gone — in light and dark.
 
 Run: ``python -m tests.ui.chat.screenshots MODEL.gguf OUT_DIR`` with a display.
 """
@@ -8,8 +9,10 @@ Run: ``python -m tests.ui.chat.screenshots MODEL.gguf OUT_DIR`` with a display.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +50,7 @@ def main(model: Path, out: Path) -> None:
     from app.ui.main_window import MainWindow
     from app.ui.theme import apply_theme
     from tests.benchmarks.bench_chat_gui import wait_until as wait
+    from tests.ui.chat.conftest import second_model_file
 
     out.mkdir(parents=True, exist_ok=True)
     Preferences().set("default_load_settings", {"threads": 2, "batch_threads": 2, "context_length": 2048})
@@ -58,20 +62,29 @@ def main(model: Path, out: Path) -> None:
             "time_to_first_token": 0.21, "prefill_tokens_per_second": 812.0,
             "decode_tokens_per_second": 61.4, "completion_tokens": 142,
             "prompt_tokens_reused": 1984, "session_restored": True, "stop_reason": "stop"}}])
+    spare = Path(tempfile.mkdtemp(prefix="quantdesk-shots-"))  # a second model file, removed at the end
+    offered = _conversation_with_model(store, "Plan a trip to Rome", second_model_file(model, spare))
+    gone = _conversation_with_model(store, "Summarise my notes",
+                                    Path.home() / "Models" / "Llama-3.2-3B-Instruct.Q4_K_M.gguf")
     app = create_application()
     window = MainWindow()
     window.resize(1280, 800)
     window.show()
     page = window.show_page("Chat")
     page.ensure_started()
-    window.open_path(model)
-    wait(app, lambda: page.engine.ready)
-    page.panel.sampling.temperature.setValue(0.0)
-    wait(app, lambda: "RAM" in page.panel.load_form.verdict.text())
 
     def shot(name: str) -> None:
         settle(app)
         window.grab().save(str(out / f"{name}.png"))
+
+    page.panel.sections["Load settings"].expand(animate=False)
+    for theme in ("dark", "light"):  # no model chosen yet: the GPU layers say "—"
+        apply_theme(theme)
+        shot(f"chat-no-model-{theme}")
+    window.open_path(model)
+    wait(app, lambda: page.engine.ready)
+    page.panel.sampling.temperature.setValue(0.0)
+    wait(app, lambda: "RAM" in page.panel.load_form.verdict.text())
 
     # Generate once (light); the dark shots show the same stored conversations re-rendered.
     apply_theme("light")
@@ -105,6 +118,11 @@ def main(model: Path, out: Path) -> None:
     wait(app, lambda: not page.engine.streaming)
     crash_chat, crash_text = page.conversation_id, page.banner.text()
     shot("chat-crash-banner-light")
+    page.banner.clear()
+    page.open_conversation(offered)
+    shot("chat-model-offer-light")
+    page.open_conversation(gone)
+    shot("chat-model-missing-light")
 
     apply_theme("dark")
     page.banner.clear()
@@ -120,8 +138,21 @@ def main(model: Path, out: Path) -> None:
     page.open_conversation(crash_chat)
     page.banner.show_message(crash_text, "error", "Reload model", page.reload_model)
     shot("chat-crash-banner-dark")
+    page.open_conversation(offered)
+    shot("chat-model-offer-dark")
+    page.open_conversation(gone)
+    shot("chat-model-missing-dark")
     window.close()
+    shutil.rmtree(spare)
     print("screenshots:", " ".join(sorted(p.name for p in out.glob("chat-*.png"))))
+
+
+def _conversation_with_model(store, title: str, model: Path) -> str:
+    """A stored one-turn conversation written with ``model``; its id."""
+    conversation = store.create(title=title, model=str(model))
+    store.add_messages(conversation.id, [{"role": "user", "content": f"{title}, please."},
+                                         {"role": "assistant", "content": "Gladly. Here it is."}])
+    return conversation.id
 
 
 if __name__ == "__main__":
