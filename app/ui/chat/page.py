@@ -259,8 +259,18 @@ class ChatPage(Page):
         self.panel.progress.show()
         self.panel.status.setText(f"Loading {path.name}…")
         self.engine.load(path, settings)
-        self._run(lambda: _machine_facts(path), lambda facts: self.panel.load_form.set_machine(*facts),
-                  lambda message: self.panel.load_form.verdict.setText(message))
+        self._run(lambda: _machine_facts(path), lambda facts: self._machine_read(path, facts),
+                  lambda message: self._machine_read(path, None, message))
+
+    def _machine_read(self, path: Path, facts, message: str = "") -> None:
+        """The background read of ``path``'s header arrived: shown only if ``path`` is still
+        the model (after a quick switch the first model's read can arrive last)."""
+        if self.engine.model_path != path:
+            return
+        if facts is None:
+            self.panel.load_form.verdict.setText(message)
+        else:
+            self.panel.load_form.set_machine(*facts)
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt
         """A theme switch re-renders the transcript (code colours follow the background)."""

@@ -165,3 +165,22 @@ def test_continuing_with_the_loaded_model_drops_the_offer_and_records_that_model
     page.open_conversation(elsewhere)
     page.open_conversation(conversation_id)  # now written with the loaded model: no offer
     assert not page.banner.isVisible() and page.engine.model_path == smollm2_gguf.resolve()
+
+
+def test_a_header_read_for_a_model_no_longer_chosen_is_not_shown(qtbot, tmp_path):
+    """After a quick switch, the first model's header (read off the GUI thread) can arrive
+    after the second's: it must not fill the form of the model now chosen."""
+    from pathlib import Path
+
+    from models.gguf_header import read_gguf_header
+    from tests.models.library_gguf import write_gguf
+
+    window, page = open_chat_window(qtbot)
+    form = page.panel.load_form
+    first = read_gguf_header(write_gguf(tmp_path / "first.gguf"))
+    page.engine.model_path = Path(tmp_path / "second.gguf")  # as engine.load sets it
+    page._machine_read(tmp_path / "first.gguf", (first, 8 << 30, 8 << 30))
+    page._machine_read(tmp_path / "first.gguf", None, "first.gguf could not be read.")
+    assert form.gpu_layers_value.text() == "—" and "first.gguf" not in form.verdict.text()
+    page._machine_read(tmp_path / "second.gguf", (first, 8 << 30, 8 << 30))
+    assert form.gpu_layers.isEnabled() and form.gpu_layers.maximum() == 2
