@@ -52,7 +52,10 @@ def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.nd
     from quantize.blocks.widen import to_bf16_bits, to_f16_bits  # compiled: one pass, memory speed
 
     if qtype == GGMLQuantizationType.F16:  # from bfloat16 bits or float32
-        return to_f16_bits(stored, numpy_nan=True).view(np.float16)
+        # bfloat16 bits become float16 bits in their own array when it is a fresh copy
+        # (not a read-only map): no second gigabyte of new pages for a big matrix.
+        in_place = stored.dtype == np.uint16 and stored.flags.writeable and stored.flags.c_contiguous
+        return to_f16_bits(stored, out=stored if in_place else None, numpy_nan=True).view(np.float16)
     return to_bf16_bits(stored)  # from float16 or float32: gguf-py's rounding is ggml's
 
 

@@ -77,18 +77,25 @@ def test_bf16_checkpoint_to_bf16_gguf_keeps_every_bit(tmp_path):
                                           bits, err_msg=name)
 
 
-@pytest.mark.parametrize("dtype, outtype", [("bfloat16", "bf16"), ("float16", "f16")])
-def test_16_bit_weights_in_their_own_type_are_written_as_the_float32_round_trip_writes_them(tmp_path, dtype, outtype):
-    """A weight already in the output's 16-bit type is taken as stored (no float32 round
-    trip); the bits must still be those of the round trip: the same, but a BF16 NaN made
-    quiet. NaNs with payloads are planted in a Q projection (rows reordered by the
-    converter) and an MLP matrix."""
+_PLANTED = {"bfloat16": np.array([0x7F81, 0xFF90, 0x7FC1, 0x7F80, 0xFFFF], np.uint16),
+            "float16": np.array([0x7C01, 0xFE10, 0x7E01, 0x7C00, 0xFFFF], np.uint16),
+            "float32": np.array([0x7F800001, 0xFFC00010, 0x7FC00001, 0x7F800000, 0xFFFFFFFF], np.uint32)}
+
+
+@pytest.mark.parametrize("dtype, outtype", [("bfloat16", "bf16"), ("float16", "f16"), ("bfloat16", "f16"),
+                                            ("float32", "f16"), ("float16", "bf16"), ("float32", "bf16")])
+def test_16_bit_outputs_are_the_float32_round_trip_bits_with_nans_and_all(tmp_path, dtype, outtype):
+    """Weights are written from what the checkpoint stores (taken as is when already in
+    the output's type, else rounded in one compiled pass); the bits must be those of
+    llama.cpp's converter, which widens to float32 and rounds with numpy (F16) or
+    gguf-py's bfloat16 rounding: a BF16 NaN made quiet, an F16 NaN keeping its payload.
+    NaNs with payloads are planted in a Q projection (rows reordered by the converter)
+    and an MLP matrix."""
     from quantize.convert.safetensors_reader import SafetensorsFile
     from quantize.encode import f32_to_bf16_bits
 
     ck = write_tiny_checkpoint(tmp_path / "m", arch="llama", dtype=dtype)
-    nans = np.array([0x7F81, 0xFF90, 0x7FC1, 0x7F80, 0xFFFF] if dtype == "bfloat16"
-                    else [0x7C01, 0xFE10, 0x7E01, 0x7C00, 0xFFFF], np.uint16)
+    nans = _PLANTED[dtype]
     planted = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight")
     for f in ck.weight_files:
         records = SafetensorsFile(f).tensors
@@ -96,7 +103,7 @@ def test_16_bit_weights_in_their_own_type_are_written_as_the_float32_round_trip_
             for name in planted:
                 if name in records:
                     for k, bits in enumerate(nans):  # row k, value 3k
-                        fh.seek(records[name].begin + 2 * (k * records[name].shape[1] + 3 * k))
+                        fh.seek(records[name].begin + nans.itemsize * (k * records[name].shape[1] + 3 * k))
                         fh.write(bits.tobytes())
     out = convert(ck.path, tmp_path / "o.gguf", outtype)
     with open_hf_folder(ck.path) as source:
@@ -105,8 +112,9 @@ def test_16_bit_weights_in_their_own_type_are_written_as_the_float32_round_trip_
             if len(t.shape) < 2:
                 continue
             values = t.load()  # float32, rearranged: the round trip's input
-            expected[t.name] = (f32_to_bf16_bits(values) if dtype == "bfloat16"
-                                else values.astype(np.float16).view(np.uint16))
+            with np.errstate(over="ignore", invalid="ignore"):
+                expected[t.name] = (f32_to_bf16_bits(values) if outtype == "bf16"
+                                    else values.astype(np.float16).view(np.uint16))
             if t.name in ("blk.0.attn_q.weight", "blk.1.ffn_up.weight"):
                 assert np.isnan(values).sum() == 4  # four NaNs planted, one infinity
     ours = _gguf_tensors(out)
@@ -115,9 +123,9 @@ def test_16_bit_weights_in_their_own_type_are_written_as_the_float32_round_trip_
         np.testing.assert_array_equal(got, bits, err_msg=name)
     up = np.asarray(ours["blk.1.ffn_up.weight"].data).view(np.uint16)  # not reordered: row k, value 3k
     planted_out = [int(up.reshape(-1, up.shape[-1])[k, 3 * k]) for k in range(len(nans))]
-    if dtype == "bfloat16":  # the signalling NaNs come out quiet, the quiet ones and inf as they were
+    if (dtype, outtype) == ("bfloat16", "bf16"):  # signalling NaNs come out quiet, the rest as they were
         assert planted_out == [0x7FC1, 0xFFD0, 0x7FC1, 0x7F80, 0xFFFF]
-    else:  # numpy's float16 -> float32 -> float16 keeps every bit
+    elif (dtype, outtype) == ("float16", "f16"):  # numpy's float16 -> float32 -> float16 keeps every bit
         assert planted_out == [int(b) for b in nans]
 
 
