@@ -65,9 +65,12 @@ def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def quiet_bf16_nans(bits: np.ndarray) -> np.ndarray:
     """bfloat16 bits as :func:`f32_to_bf16_bits` gives them back after widening: the same,
-    but every NaN quiet (bit 6 set, as ggml and gguf-py round). In place; returns ``bits``."""
+    but every NaN quiet (bit 6 set, as ggml and gguf-py round). In place when ``bits`` is
+    writable (a read-only array holding a NaN is copied first); returns the result."""
     nan = (bits & np.uint16(0x7FFF)) > np.uint16(0x7F80)
     if nan.any():
+        if not bits.flags.writeable:
+            bits = bits.copy()
         bits[nan] |= np.uint16(0x0040)
     return bits
 
