@@ -192,11 +192,11 @@ def _emit_nearest_int(builder, value):
 def _emit_order_flip(builder, bits):
     """LLVM IR of the involution between float32 bits and :func:`order_key`: flip the
     magnitude bits of negative values (``bits ^ ((bits >> 31) & 0x7fffffff)``)."""
-    negative = builder.ashr(bits, _constant(bits.type, 31))
-    return builder.xor(bits, builder.and_(negative, _constant(bits.type, 0x7FFFFFFF)))
+    negative = builder.ashr(bits, lane_constant(bits.type, 31))
+    return builder.xor(bits, builder.and_(negative, lane_constant(bits.type, 0x7FFFFFFF)))
 
 
-def _constant(of_type, value):
+def lane_constant(of_type, value):
     """An LLVM constant of an integer type, or ``value`` in every lane of a vector type."""
     if isinstance(of_type, ir.VectorType):
         return ir.Constant(of_type, [ir.Constant(of_type.element, value)] * of_type.count)
@@ -344,8 +344,8 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
         floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
         shift, scale, bias, top, out = args[2:7]
         first = _row_pointer(context, builder, signature, args)
-        shift, scale, bias = (_splat(builder, v, floats) for v in (shift, scale, bias))
-        top = _splat(builder, context.cast(builder, top, signature.args[5], types.int32), ints)
+        shift, scale, bias = (splat(builder, v, floats) for v in (shift, scale, bias))
+        top = splat(builder, context.cast(builder, top, signature.args[5], types.int32), ints)
         smin = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.smin.v8i32")
         levels = []
         for k in range(4):
@@ -355,14 +355,14 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
             levels.append(builder.call(smin, [builder.fptosi(v, ints), top]))
         wide = ir.VectorType(i32, 16)
         low, high = _concatenate(builder, levels[:2]), _concatenate(builder, levels[2:])
-        nibbles = builder.or_(builder.and_(low, _constant(wide, 0xF)),
-                              builder.shl(builder.and_(high, _constant(wide, 0xF)), _constant(wide, 4)))
+        nibbles = builder.or_(builder.and_(low, lane_constant(wide, 0xF)),
+                              builder.shl(builder.and_(high, lane_constant(wide, 0xF)), lane_constant(wide, 4)))
         packed = builder.trunc(nibbles, ir.VectorType(ir.IntType(8), 16))
         target = context.make_array(signature.args[6])(context, builder, out)
         where = cgutils.get_item_pointer(context, builder, signature.args[6], target,
                                          [context.cast(builder, args[k], signature.args[k], types.intp) for k in (7, 8)])
         builder.store(packed, builder.bitcast(where, packed.type.as_pointer()), align=1)
-        bit4 = [builder.icmp_unsigned("!=", builder.and_(v, _constant(ints, 0x10)), _constant(ints, 0)) for v in levels]
+        bit4 = [builder.icmp_unsigned("!=", builder.and_(v, lane_constant(ints, 0x10)), lane_constant(ints, 0)) for v in levels]
         return builder.bitcast(_concatenate(builder, bit4), i32)
     return types.int32(x, row, shift, scale, bias, top, out, out_row, at), codegen
 
@@ -383,12 +383,12 @@ def first_equal(typingctx, x, row, value, absolute):
         first = _row_pointer(context, builder, signature, args)
         flag = context.cast(builder, args[3], signature.args[3], types.boolean)
         flag = builder.trunc(flag, i1) if flag.type != i1 else flag
-        wanted = _splat(builder, args[2], floats)
+        wanted = splat(builder, args[2], floats)
         hits = []
         for k in range(4):
             eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
             bits = builder.load(builder.bitcast(eight, ints.as_pointer()), typ=ints, align=4)
-            magnitude = builder.bitcast(builder.and_(bits, _constant(ints, 0x7FFFFFFF)), floats)
+            magnitude = builder.bitcast(builder.and_(bits, lane_constant(ints, 0x7FFFFFFF)), floats)
             v = builder.select(flag, magnitude, builder.bitcast(bits, floats))
             hits.append(builder.fcmp_ordered("==", v, wanted))
         mask = builder.bitcast(_concatenate(builder, hits), i32)
@@ -405,7 +405,7 @@ def _row_pointer(context, builder, signature, args):
                                     [row, context.get_constant(types.intp, 0)])
 
 
-def _splat(builder, value, vector_type):
+def splat(builder, value, vector_type):
     """``value`` in every lane of ``vector_type``."""
     undef = ir.Constant(vector_type, ir.Undefined)
     one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))

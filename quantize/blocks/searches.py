@@ -17,7 +17,7 @@ a branch per group (``if (cur_error < best_error)``) every lane computes both si
 selects. C's "stop when a refinement pass changed nothing" is kept per batch: a pass
 that changes nothing leaves a group's state as it was, so running it again on a
 converged group is a no-op and the batch may stop when no lane changed
-(:func:`q3_quants` goes on with only the lanes that changed).
+(:mod:`.q3_search` goes on with only the lanes that changed).
 
 Outputs are per-lane arrays (``scale``, ``the_min``) and a ``levels`` array shaped like
 ``x`` (uint8, as C stores ``L``).
@@ -49,8 +49,8 @@ def first_abs_max(x, signed_max, amax):
     """C's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` from 0, per lane.
 
     The running values go back and forth between the outputs and a second pair of
-    arrays, as in :func:`_q3_pass`: a select stored back in place compiles to AVX masked
-    stores (measured: most of this function's time on Zen 3).
+    arrays: a select stored back in place compiles to AVX masked stores (measured: most
+    of this function's time on Zen 3).
     """
     n, lanes = x.shape
     other_signed = np.empty(lanes, np.float32)
@@ -138,153 +138,6 @@ def qx_quants(x, w, nmax, scale, levels):
     for g in range(lanes):
         if not amax[g] >= GROUP_MAX_EPS:
             scale[g] = _ZERO
-
-
-@inline
-def _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, out_sumlx, out_suml2, out_moved):
-    """One step of make_q3_quants' descent: position ``i`` of lane ``g``, state in -> out."""
-    li = cur[i, g]
-    slx = sumlx[g] - wx[i, g] * li
-    sl2 = suml2[g] - (w[i, g] * li) * li
-    new_l = nearest_f((x[i, g] * sl2) / slx)
-    new_l = pick(new_l > hi, hi, new_l)
-    new_l = pick(new_l < lo, lo, new_l)
-    slx_new = slx + wx[i, g] * new_l
-    sl2_new = sl2 + (w[i, g] * new_l) * new_l
-    accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
-              & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
-    cur[i, g] = li + pick(accept, new_l - li, _ZERO)  # small integers: exact, and no masked store
-    out_sumlx[g] = pick(accept, slx_new, sumlx[g])
-    out_suml2[g] = pick(accept, sl2_new, suml2[g])
-    out_moved[g] = pick(accept, _ONE, moved[g])
-
-
-@helper
-def _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved, scratch):
-    """One pass of make_q3_quants' descent over every position of every lane (column);
-    ``moved[g]`` says whether lane ``g`` changed. ``scratch``: 3 rows of at least as many lanes.
-
-    The lane sums go back and forth between two buffers (position i reads one and
-    writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
-    AVX masked stores, slower on Zen 3 than the rest of the pass.
-    """
-    n, lanes = x.shape
-    other_sumlx = scratch[0]
-    other_suml2 = scratch[1]
-    other_moved = scratch[2]
-    for g in range(lanes):
-        moved[g] = _ZERO
-    for i in range(0, n - 1, 2):
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
-    if n % 2:
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-            sumlx[g] = other_sumlx[g]
-            suml2[g] = other_suml2[g]
-            moved[g] = other_moved[g]
-
-
-_Q3_PASSES = 5  # make_q3_quants' itry < 5
-
-
-@helper
-def q3_quants(x, nmax, scale, levels):
-    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
-
-    A first guess from the largest magnitude, then up to five passes of coordinate
-    descent over the positions (weights ``x*x``). ``levels = l + nmax``, 0 for a zero group.
-
-    C stops a group after the first pass that changed nothing: most groups stop after
-    one (on normal data ~19% take a second pass, ~5% a third). The first pass runs on
-    every lane; the lanes it changed are copied side by side, padded with all-zero lanes
-    to a multiple of 8 (a zero lane never moves: ``slx > 0`` fails) so that no lane runs
-    the scalar remainder of a vector loop, and passes 2..5 run on that set until none of
-    it moves: a pass on a lane that has stopped changes nothing, and copying lanes
-    again after every pass cost more than the pass. (In the batch, one slow group of 256
-    held every lane for five passes; one lane at a time, a pass is a chain of dependent
-    divisions.)
-    """
-    n, lanes = x.shape
-    state = np.empty((9, lanes), np.float32)  # one allocation for the per-lane values
-    signed_max, amax, iscale, sumlx, suml2, moved = state[0], state[1], state[2], state[3], state[4], state[5]
-    first_abs_max(x, signed_max, amax)
-    lo = f32(-nmax)
-    hi = f32(nmax - 1)
-    planes = np.empty((3, n, lanes), np.float32)
-    w, wx, cur = planes[0], planes[1], planes[2]
-    for g in range(lanes):
-        iscale[g] = lo / signed_max[g]
-        sumlx[g] = _ZERO
-        suml2[g] = _ZERO
-    for i in range(n):
-        for g in range(lanes):
-            v = x[i, g]
-            weight = v * v
-            w[i, g] = weight
-            wx[i, g] = weight * v
-            level = nearest_f(iscale[g] * v)
-            level = pick(level > hi, hi, level)
-            level = pick(level < lo, lo, level)
-            cur[i, g] = level
-            sumlx[g] += wx[i, g] * level
-            suml2[g] += (weight * level) * level
-    _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved, state[6:])
-    active = np.empty(lanes, np.intp)
-    count = 0
-    for g in range(lanes):  # no branch: which lanes moved is random
-        active[count] = g
-        count += moved[g] != _ZERO
-    if count > 0:
-        _q3_later_passes(x, cur, lo, hi, sumlx, suml2, active[:count])
-    fnmax = f32(nmax)
-    for g in range(lanes):
-        zero = not amax[g] >= GROUP_MAX_EPS
-        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
-        scale[g] = pick(zero, _ZERO, s)
-    for i in range(n):
-        for g in range(lanes):
-            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(cur[i, g] + fnmax)), np.uint8(0))
-
-
-@helper
-def _q3_later_passes(x, cur, lo, hi, sumlx, suml2, active):
-    """Passes 2..5 of make_q3_quants' descent on the lanes ``active`` (those the first pass
-    changed), copied side by side and padded with all-zero lanes (which never move)."""
-    n = x.shape[0]
-    count = active.size
-    width = (count + 7) & ~7
-    part = np.empty((4, n, width), np.float32)  # x, w, wx and L of the lanes
-    part_sums = np.empty((6, width), np.float32)  # their sumlx, suml2, moved, and the pass's scratch
-    for i in range(n):
-        for k in range(width):
-            g = active[min(k, count - 1)]
-            v = pick(k < count, x[i, g], _ZERO)
-            weight = v * v  # the weights again, as in the first guess (fewer loads than copying them)
-            part[0, i, k] = v
-            part[1, i, k] = weight
-            part[2, i, k] = weight * v
-            part[3, i, k] = pick(k < count, cur[i, g], _ZERO)
-    for k in range(width):
-        g = active[min(k, count - 1)]
-        part_sums[0, k] = pick(k < count, sumlx[g], _ZERO)
-        part_sums[1, k] = pick(k < count, suml2[g], _ZERO)
-    for _ in range(_Q3_PASSES - 1):
-        _q3_pass(part[0], part[1], part[2], part[3], lo, hi, part_sums[0], part_sums[1], part_sums[2],
-                 part_sums[3:])
-        still = 0
-        for k in range(width):
-            still += part_sums[2, k] != _ZERO
-        if still == 0:
-            break
-    for i in range(n):
-        for k in range(count):
-            cur[i, active[k]] = part[3, i, k]
-    for k in range(count):
-        sumlx[active[k]] = part_sums[0, k]
-        suml2[active[k]] = part_sums[1, k]
 
 
 @helper
