@@ -397,6 +397,67 @@ def first_equal(typingctx, x, row, value, absolute):
     return types.int64(x, row, value, absolute), codegen
 
 
+@intrinsic
+def transpose_8x8(typingctx, x, row, col, out, out_row, out_col):
+    """``out[out_row + u, out_col + t] = x[row + t, col + u]`` for t, u = 0..7 (2-D C float32
+    arrays): eight 8-float loads, the usual unpack / shuffle / 128-bit-swap network, eight
+    8-float stores. Only moves bits; 64 values in ~40 instructions instead of 128."""
+    if not (all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" and a.dtype == types.float32
+                for a in (x, out)) and all(isinstance(v, types.Integer) for v in (row, col, out_row, out_col))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        floats = ir.VectorType(ir.FloatType(), 8)
+
+        def pointer(k, at_row, at_col, t):
+            array = context.make_array(signature.args[k])(context, builder, args[k])
+            index = [builder.add(context.cast(builder, args[at_row], signature.args[at_row], types.intp),
+                                 context.get_constant(types.intp, t)),
+                     context.cast(builder, args[at_col], signature.args[at_col], types.intp)]
+            item = cgutils.get_item_pointer(context, builder, signature.args[k], array, index)
+            return builder.bitcast(item, floats.as_pointer())
+
+        def shuffle(a, b, order):
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), 8), order))
+
+        rows = [builder.load(pointer(0, 1, 2, t), align=4) for t in range(8)]
+        low, high = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+        pairs = [shuffle(rows[t], rows[t + 1], order) for t in range(0, 8, 2) for order in (low, high)]
+        even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        quads = [shuffle(pairs[h + q], pairs[h + q + 2], order)
+                 for h in (0, 4) for q in (0, 1) for order in (even, odd)]
+        # quads[k] (k < 4) holds columns k and k + 4 of rows 0..3; quads[k + 4] of rows 4..7
+        for k in range(4):
+            builder.store(shuffle(quads[k], quads[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]), pointer(3, 4, 5, k), align=4)
+            builder.store(shuffle(quads[k], quads[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]),
+                          pointer(3, 4, 5, k + 4), align=4)
+        return context.get_dummy_value()
+    return types.none(x, row, col, out, out_row, out_col), codegen
+
+
+@intrinsic
+def prefetch_row(typingctx, x, row):
+    """Ask the CPU to bring row ``row`` of the 2-D C array ``x`` into its caches
+    (``llvm.prefetch`` of each 64-byte line; a hint only: no fault, no effect on values)."""
+    if not (isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and isinstance(row, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        start = builder.bitcast(_row_pointer(context, builder, signature, args), i8.as_pointer())
+        columns = cgutils.unpack_tuple(builder, array.shape, 2)[1]
+        size = builder.mul(columns, array.itemsize)
+        lines = builder.udiv(builder.add(size, ir.Constant(size.type, 63)), ir.Constant(size.type, 64))
+        hint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]),
+                                              "llvm.prefetch.p0i8")
+        with cgutils.for_range(builder, lines) as loop:
+            at = builder.gep(start, [builder.mul(loop.index, ir.Constant(loop.index.type, 64))])
+            builder.call(hint, [at, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(x, row), codegen
+
+
 def _row_pointer(context, builder, signature, args):
     """Pointer to ``x[row, 0]`` of an intrinsic called as ``(x, row, ...)``."""
     array = context.make_array(signature.args[0])(context, builder, args[0])
