@@ -20,9 +20,9 @@ Each step depends on the one before through ``sumlx``/``suml2``, and a group has
 positions: a pass is a chain of dependent divisions. So groups are lanes (positions-major
 arrays ``x[i, g]``, see :mod:`.searches`) and a pass walks the positions of 32 lanes at
 once (four 8-lane vectors, independent chains that the CPU overlaps), keeping each
-lane's ``sumlx``, ``suml2``, ``sumlx*sumlx`` and "moved" flag in registers. Written by
+lane's ``sumlx``, ``suml2``, ``sumlx*sumlx`` and "moved" flag in registers. Written for
 numba's loop vectorizer instead, the state went through memory at every position
-(loads, stores, and two buffers to avoid AVX masked stores): measured ~2x slower.
+(loads, stores, and two buffers to avoid AVX masked stores): ~1.6x slower per pass.
 
 Every lane performs C's float32 operations in C's order, without FMA (no ``contract``
 flags) and with the division kept: ``sumlx*sumlx`` is carried instead of recomputed,
@@ -158,9 +158,11 @@ def q3_quants(x, nmax, scale, levels):
     C stops a group after the first pass that changed nothing: most groups stop after
     one (on normal data ~19% take a second pass, ~5% a third). The first pass runs on
     every lane; the lanes it changed are copied side by side, padded with all-zero lanes
-    to a multiple of 8 (a zero lane never moves: ``slx > 0`` fails), and passes 2..5 run
-    on that set until none of it moves: a pass on a lane that has stopped changes
-    nothing, and copying lanes again after every pass cost more than the pass.
+    (a zero lane never moves: ``slx > 0`` fails) to whole 32-lane steps of :func:`q3_pass`
+    (a pass costs its slowest chain: one 8-lane vector takes as long as four), and
+    passes 2..5 run on that set until none of it moves: a pass on a lane that has
+    stopped changes nothing, and copying the moving lanes again before every pass
+    measured no faster.
     """
     n, lanes = x.shape
     state = np.empty((6, lanes), np.float32)  # one allocation for the per-lane values
