@@ -192,11 +192,11 @@ def _emit_nearest_int(builder, value):
 def _emit_order_flip(builder, bits):
     """LLVM IR of the involution between float32 bits and :func:`order_key`: flip the
     magnitude bits of negative values (``bits ^ ((bits >> 31) & 0x7fffffff)``)."""
-    negative = builder.ashr(bits, _constant(bits.type, 31))
-    return builder.xor(bits, builder.and_(negative, _constant(bits.type, 0x7FFFFFFF)))
+    negative = builder.ashr(bits, lane_constant(bits.type, 31))
+    return builder.xor(bits, builder.and_(negative, lane_constant(bits.type, 0x7FFFFFFF)))
 
 
-def _constant(of_type, value):
+def lane_constant(of_type, value):
     """An LLVM constant of an integer type, or ``value`` in every lane of a vector type."""
     if isinstance(of_type, ir.VectorType):
         return ir.Constant(of_type, [ir.Constant(of_type.element, value)] * of_type.count)
@@ -344,8 +344,8 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
         floats, ints = ir.VectorType(ir.FloatType(), 8), ir.VectorType(i32, 8)
         shift, scale, bias, top, out = args[2:7]
         first = _row_pointer(context, builder, signature, args)
-        shift, scale, bias = (_splat(builder, v, floats) for v in (shift, scale, bias))
-        top = _splat(builder, context.cast(builder, top, signature.args[5], types.int32), ints)
+        shift, scale, bias = (splat(builder, v, floats) for v in (shift, scale, bias))
+        top = splat(builder, context.cast(builder, top, signature.args[5], types.int32), ints)
         smin = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ints, [ints, ints]), "llvm.smin.v8i32")
         levels = []
         for k in range(4):
@@ -355,14 +355,14 @@ def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_
             levels.append(builder.call(smin, [builder.fptosi(v, ints), top]))
         wide = ir.VectorType(i32, 16)
         low, high = _concatenate(builder, levels[:2]), _concatenate(builder, levels[2:])
-        nibbles = builder.or_(builder.and_(low, _constant(wide, 0xF)),
-                              builder.shl(builder.and_(high, _constant(wide, 0xF)), _constant(wide, 4)))
+        nibbles = builder.or_(builder.and_(low, lane_constant(wide, 0xF)),
+                              builder.shl(builder.and_(high, lane_constant(wide, 0xF)), lane_constant(wide, 4)))
         packed = builder.trunc(nibbles, ir.VectorType(ir.IntType(8), 16))
         target = context.make_array(signature.args[6])(context, builder, out)
         where = cgutils.get_item_pointer(context, builder, signature.args[6], target,
                                          [context.cast(builder, args[k], signature.args[k], types.intp) for k in (7, 8)])
         builder.store(packed, builder.bitcast(where, packed.type.as_pointer()), align=1)
-        bit4 = [builder.icmp_unsigned("!=", builder.and_(v, _constant(ints, 0x10)), _constant(ints, 0)) for v in levels]
+        bit4 = [builder.icmp_unsigned("!=", builder.and_(v, lane_constant(ints, 0x10)), lane_constant(ints, 0)) for v in levels]
         return builder.bitcast(_concatenate(builder, bit4), i32)
     return types.int32(x, row, shift, scale, bias, top, out, out_row, at), codegen
 
@@ -383,18 +383,79 @@ def first_equal(typingctx, x, row, value, absolute):
         first = _row_pointer(context, builder, signature, args)
         flag = context.cast(builder, args[3], signature.args[3], types.boolean)
         flag = builder.trunc(flag, i1) if flag.type != i1 else flag
-        wanted = _splat(builder, args[2], floats)
+        wanted = splat(builder, args[2], floats)
         hits = []
         for k in range(4):
             eight = builder.gep(first, [context.get_constant(types.intp, 8 * k)])
             bits = builder.load(builder.bitcast(eight, ints.as_pointer()), typ=ints, align=4)
-            magnitude = builder.bitcast(builder.and_(bits, _constant(ints, 0x7FFFFFFF)), floats)
+            magnitude = builder.bitcast(builder.and_(bits, lane_constant(ints, 0x7FFFFFFF)), floats)
             v = builder.select(flag, magnitude, builder.bitcast(bits, floats))
             hits.append(builder.fcmp_ordered("==", v, wanted))
         mask = builder.bitcast(_concatenate(builder, hits), i32)
         count = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, i1]), "llvm.cttz.i32")
         return builder.zext(builder.call(count, [mask, ir.Constant(i1, 0)]), ir.IntType(64))
     return types.int64(x, row, value, absolute), codegen
+
+
+@intrinsic
+def transpose_8x8(typingctx, x, row, col, out, out_row, out_col):
+    """``out[out_row + u, out_col + t] = x[row + t, col + u]`` for t, u = 0..7 (2-D C float32
+    arrays): eight 8-float loads, the usual unpack / shuffle / 128-bit-swap network, eight
+    8-float stores. Only moves bits; 64 values in ~40 instructions instead of 128."""
+    if not (all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" and a.dtype == types.float32
+                for a in (x, out)) and all(isinstance(v, types.Integer) for v in (row, col, out_row, out_col))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        floats = ir.VectorType(ir.FloatType(), 8)
+
+        def pointer(k, at_row, at_col, t):
+            array = context.make_array(signature.args[k])(context, builder, args[k])
+            index = [builder.add(context.cast(builder, args[at_row], signature.args[at_row], types.intp),
+                                 context.get_constant(types.intp, t)),
+                     context.cast(builder, args[at_col], signature.args[at_col], types.intp)]
+            item = cgutils.get_item_pointer(context, builder, signature.args[k], array, index)
+            return builder.bitcast(item, floats.as_pointer())
+
+        def shuffle(a, b, order):
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), 8), order))
+
+        rows = [builder.load(pointer(0, 1, 2, t), align=4) for t in range(8)]
+        low, high = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+        pairs = [shuffle(rows[t], rows[t + 1], order) for t in range(0, 8, 2) for order in (low, high)]
+        even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        quads = [shuffle(pairs[h + q], pairs[h + q + 2], order)
+                 for h in (0, 4) for q in (0, 1) for order in (even, odd)]
+        # quads[k] (k < 4) holds columns k and k + 4 of rows 0..3; quads[k + 4] of rows 4..7
+        for k in range(4):
+            builder.store(shuffle(quads[k], quads[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]), pointer(3, 4, 5, k), align=4)
+            builder.store(shuffle(quads[k], quads[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]),
+                          pointer(3, 4, 5, k + 4), align=4)
+        return context.get_dummy_value()
+    return types.none(x, row, col, out, out_row, out_col), codegen
+
+
+@intrinsic
+def prefetch_row(typingctx, x, row):
+    """Ask the CPU to bring row ``row`` of the 2-D C array ``x`` into its caches
+    (``llvm.prefetch`` of each 64-byte line; a hint only: no fault, no effect on values)."""
+    if not (isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and isinstance(row, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        start = builder.bitcast(_row_pointer(context, builder, signature, args), i8.as_pointer())
+        columns = cgutils.unpack_tuple(builder, array.shape, 2)[1]
+        size = builder.mul(columns, array.itemsize)
+        lines = builder.udiv(builder.add(size, ir.Constant(size.type, 63)), ir.Constant(size.type, 64))
+        hint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i32, i32, i32]),
+                                              "llvm.prefetch.p0i8")
+        with cgutils.for_range(builder, lines) as loop:
+            at = builder.gep(start, [builder.mul(loop.index, ir.Constant(loop.index.type, 64))])
+            builder.call(hint, [at, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(x, row), codegen
 
 
 def _row_pointer(context, builder, signature, args):
@@ -405,7 +466,7 @@ def _row_pointer(context, builder, signature, args):
                                     [row, context.get_constant(types.intp, 0)])
 
 
-def _splat(builder, value, vector_type):
+def splat(builder, value, vector_type):
     """``value`` in every lane of ``vector_type``."""
     undef = ir.Constant(vector_type, ir.Undefined)
     one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))

@@ -37,7 +37,8 @@ import numpy as np
 from quantize.blocks.jit import (F32, GROUP_MAX_EPS, Flag, Int, f32, fp16_to_fp32, helper, inline, kernel, nearest_f,
                                  nearest_int, pick, put_fp16, stack_array)
 from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights, lane_sums
-from quantize.blocks.searches import first_abs_max, q3_quants, qkx_quants, qp_quants, qx_quants
+from quantize.blocks.q3_search import q3_quants
+from quantize.blocks.searches import first_abs_max, qkx_quants, qp_quants, qx_quants
 
 QK_K = 256
 BATCH = 16  # super-blocks per batch: 128 or 256 lanes, whose arrays stay in L1/L2

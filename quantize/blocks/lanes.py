@@ -15,20 +15,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, helper, inline
+from quantize.blocks.jit import F32, helper, inline, prefetch_row, transpose_8x8
 
 _ZERO = F32(0.0)
 
 
 @helper
 def gather(x, first, count, size, xt):
-    """Copy blocks ``first .. first+count`` of ``x[blocks, block]`` into ``xt[size, lanes]``."""
+    """Copy blocks ``first .. first+count`` of ``x[blocks, block]`` into ``xt[size, lanes]``.
+
+    Eight blocks at a time, one 8 x 8 transpose per eight positions of a sub-block (eight
+    blocks' sub-block ``j`` are eight neighbouring lanes); the blocks beyond a multiple
+    of 8 one value at a time. Then the next batch's blocks are prefetched: read from
+    memory (not cache) they made this copy a sixth of Q3_K's time.
+    """
     subs = x.shape[1] // size
-    for b in range(count):
+    whole = count - count % 8 if size % 8 == 0 else 0
+    for j in range(subs):
+        for b in range(0, whole, 8):
+            for i in range(0, size, 8):
+                transpose_8x8(x, first + b, size * j + i, xt, i, j * count + b)
+    for b in range(whole, count):
         for j in range(subs):
             g = j * count + b
             for i in range(size):
                 xt[i, g] = x[first + b, size * j + i]
+    for row in range(first + count, min(first + 2 * count, x.shape[0])):
+        prefetch_row(x, row)  # the next batch, read while this one is quantized
 
 
 @inline

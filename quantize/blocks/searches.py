@@ -17,7 +17,7 @@ a branch per group (``if (cur_error < best_error)``) every lane computes both si
 selects. C's "stop when a refinement pass changed nothing" is kept per batch: a pass
 that changes nothing leaves a group's state as it was, so running it again on a
 converged group is a no-op and the batch may stop when no lane changed
-(:func:`q3_quants` goes on with only the lanes that changed).
+(:mod:`.q3_search` goes on with only the lanes that changed).
 
 Outputs are per-lane arrays (``scale``, ``the_min``) and a ``levels`` array shaped like
 ``x`` (uint8, as C stores ``L``).
@@ -34,20 +34,40 @@ _ONE = F32(1.0)
 _TENTH = F32(0.1)
 
 
+@inline
+def _abs_max_step(x, i, g, signed_in, amax_in, signed_out, amax_out):
+    """C's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` at position ``i`` of lane ``g``."""
+    v = x[i, g]
+    a = np.abs(v)
+    take = a > amax_in[g]
+    amax_out[g] = pick(take, a, amax_in[g])
+    signed_out[g] = pick(take, v, signed_in[g])
+
+
 @helper
 def first_abs_max(x, signed_max, amax):
-    """C's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` from 0, per lane."""
+    """C's ``if (fabsf(v) > amax) { amax = fabsf(v); max = v; }`` from 0, per lane.
+
+    The running values go back and forth between the outputs and a second pair of
+    arrays: a select stored back in place compiles to AVX masked stores (measured: most
+    of this function's time on Zen 3).
+    """
     n, lanes = x.shape
+    other_signed = np.empty(lanes, np.float32)
+    other_amax = np.empty(lanes, np.float32)
     for g in range(lanes):
         signed_max[g] = _ZERO
         amax[g] = _ZERO
-    for i in range(n):
+    for i in range(0, n - 1, 2):
         for g in range(lanes):
-            v = x[i, g]
-            a = np.abs(v)
-            take = a > amax[g]
-            amax[g] = pick(take, a, amax[g])
-            signed_max[g] = pick(take, v, signed_max[g])
+            _abs_max_step(x, i, g, signed_max, amax, other_signed, other_amax)
+        for g in range(lanes):
+            _abs_max_step(x, i + 1, g, other_signed, other_amax, signed_max, amax)
+    if n % 2:
+        for g in range(lanes):
+            _abs_max_step(x, n - 1, g, signed_max, amax, other_signed, other_amax)
+            signed_max[g] = other_signed[g]
+            amax[g] = other_amax[g]
 
 
 @helper
@@ -118,137 +138,6 @@ def qx_quants(x, w, nmax, scale, levels):
     for g in range(lanes):
         if not amax[g] >= GROUP_MAX_EPS:
             scale[g] = _ZERO
-
-
-@inline
-def _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, out_sumlx, out_suml2, out_moved):
-    """One step of make_q3_quants' descent: position ``i`` of lane ``g``, state in -> out."""
-    li = cur[i, g]
-    slx = sumlx[g] - wx[i, g] * li
-    sl2 = suml2[g] - (w[i, g] * li) * li
-    new_l = nearest_f((x[i, g] * sl2) / slx)
-    new_l = pick(new_l > hi, hi, new_l)
-    new_l = pick(new_l < lo, lo, new_l)
-    slx_new = slx + wx[i, g] * new_l
-    sl2_new = sl2 + (w[i, g] * new_l) * new_l
-    accept = ((slx > _ZERO) & (new_l != li) & (sl2_new > _ZERO)
-              & ((slx_new * slx_new) * suml2[g] > (sumlx[g] * sumlx[g]) * sl2_new))
-    cur[i, g] = li + pick(accept, new_l - li, _ZERO)  # small integers: exact, and no masked store
-    out_sumlx[g] = pick(accept, slx_new, sumlx[g])
-    out_suml2[g] = pick(accept, sl2_new, suml2[g])
-    out_moved[g] = pick(accept, _ONE, moved[g])
-
-
-@helper
-def _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved):
-    """One pass of make_q3_quants' descent over every position of every lane (column);
-    ``moved[g]`` says whether lane ``g`` changed.
-
-    The lane sums go back and forth between two buffers (position i reads one and
-    writes the other): stored back in place, ``a[g] = pick(accept, new, a[g])`` became
-    AVX masked stores, slower on Zen 3 than the rest of the pass.
-    """
-    n, lanes = x.shape
-    other_sumlx = np.empty(lanes, np.float32)
-    other_suml2 = np.empty(lanes, np.float32)
-    other_moved = np.empty(lanes, np.float32)
-    for g in range(lanes):
-        moved[g] = _ZERO
-    for i in range(0, n - 1, 2):
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, i, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, i + 1, g, lo, hi, other_sumlx, other_suml2, other_moved, sumlx, suml2, moved)
-    if n % 2:
-        for g in range(lanes):
-            _q3_descent(x, w, wx, cur, n - 1, g, lo, hi, sumlx, suml2, moved, other_sumlx, other_suml2, other_moved)
-            sumlx[g] = other_sumlx[g]
-            suml2[g] = other_suml2[g]
-            moved[g] = other_moved[g]
-
-
-@helper
-def q3_quants(x, nmax, scale, levels):
-    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: Q3_K's reference search.
-
-    A first guess from the largest magnitude, then up to five passes of coordinate
-    descent over the positions (weights ``x*x``). ``levels = l + nmax``, 0 for a zero group.
-    """
-    n, lanes = x.shape
-    signed_max = np.empty(lanes, np.float32)
-    amax = np.empty(lanes, np.float32)
-    first_abs_max(x, signed_max, amax)
-    lo = f32(-nmax)
-    hi = f32(nmax - 1)
-    w = np.empty((n, lanes), np.float32)
-    wx = np.empty((n, lanes), np.float32)
-    cur = np.empty((n, lanes), np.float32)
-    sumlx = np.zeros(lanes, np.float32)
-    suml2 = np.zeros(lanes, np.float32)
-    iscale = np.empty(lanes, np.float32)
-    for g in range(lanes):
-        iscale[g] = lo / signed_max[g]
-    for i in range(n):
-        for g in range(lanes):
-            v = x[i, g]
-            weight = v * v
-            w[i, g] = weight
-            wx[i, g] = weight * v
-            level = nearest_f(iscale[g] * v)
-            level = pick(level > hi, hi, level)
-            level = pick(level < lo, lo, level)
-            cur[i, g] = level
-            sumlx[g] += wx[i, g] * level
-            suml2[g] += (weight * level) * level
-    # C stops a group after the first pass that changed nothing: most groups stop after
-    # one. The first pass runs on every lane; the next ones only on the lanes that
-    # changed in the pass before, gathered side by side (in the batch, one slow group
-    # of 256 held every lane for five passes; one lane at a time, a pass is a chain of
-    # dependent divisions).
-    moved = np.empty(lanes, np.float32)
-    _q3_pass(x, w, wx, cur, lo, hi, sumlx, suml2, moved)
-    active = np.empty(lanes, np.int64)
-    count = 0
-    for g in range(lanes):
-        if moved[g] != _ZERO:
-            active[count] = g
-            count += 1
-    for _ in range(4):
-        if count == 0:
-            break
-        columns = np.empty((4, n, count), np.float32)  # x, w, wx and L of the lanes still moving
-        sums = np.empty((3, count), np.float32)  # their sumlx, suml2, moved
-        for k in range(count):
-            g = active[k]
-            sums[0, k] = sumlx[g]
-            sums[1, k] = suml2[g]
-            for i in range(n):  # the weights again, as above (fewer loads than copying them)
-                v = x[i, g]
-                weight = v * v
-                columns[0, i, k] = v
-                columns[1, i, k] = weight
-                columns[2, i, k] = weight * v
-                columns[3, i, k] = cur[i, g]
-        _q3_pass(columns[0], columns[1], columns[2], columns[3], lo, hi, sums[0], sums[1], sums[2])
-        still = 0
-        for k in range(count):
-            g = active[k]
-            sumlx[g] = sums[0, k]
-            suml2[g] = sums[1, k]
-            for i in range(n):
-                cur[i, g] = columns[3, i, k]
-            if sums[2, k] != _ZERO:
-                active[still] = g
-                still += 1
-        count = still
-    fnmax = f32(nmax)
-    for g in range(lanes):
-        zero = not amax[g] >= GROUP_MAX_EPS
-        s = pick(suml2[g] > _ZERO, sumlx[g] / suml2[g], _ZERO)
-        scale[g] = pick(zero, _ZERO, s)
-    for i in range(n):
-        for g in range(lanes):
-            levels[i, g] = pick(amax[g] >= GROUP_MAX_EPS, np.uint8(np.int32(cur[i, g] + fnmax)), np.uint8(0))
 
 
 @helper
