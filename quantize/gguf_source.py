@@ -122,8 +122,9 @@ class GGUFSource:
             size = min(len(buffer), t.nbytes - start)
             if hasattr(os, "preadv"):
                 return os.preadv(self._fileno(), [buffer[:size]], t.offset + start)
-            buffer[:size] = self._map[t.offset + start:t.offset + start + size]  # Windows: no pread
-            return size
+            chunk = self._map[t.offset + start:t.offset + start + size]  # Windows: no pread
+            buffer[:len(chunk)] = chunk  # shorter (or empty) where the file was cut short
+            return len(chunk)
 
         return read_into
 
