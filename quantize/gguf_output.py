@@ -21,7 +21,7 @@ import functools
 import shutil
 import sys
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, Union
@@ -188,6 +188,7 @@ def write_ggufs(
     cancel: Optional[CancelToken] = None,
     load: Callable[[SourceTensor], np.ndarray] = lambda tensor: tensor.load(),
     release: Callable[[SourceTensor], None] = lambda tensor: None,
+    copied: Callable[[SourceTensor], bool] = lambda tensor: False,
 ) -> list[Path]:
     """Write several GGUF files from one pass over ``tensors``, each loaded once.
 
@@ -198,7 +199,9 @@ def write_ggufs(
     Progress is the caller's to report (from ``encode``), because only the caller knows
     what a unit of work costs. ``load`` gives ``encode`` its values (float32 by default;
     the quantizer takes them as stored and widens them chunk by chunk); ``release(tensor)``
-    runs once a tensor's bytes are written (and its encoding is over).
+    runs once a tensor's bytes are written (and its encoding is over). ``copied(tensor)``
+    says ``load`` gives a :class:`StoredBytes` for it (nothing is read until it is written),
+    so no thread needs to load it ahead.
     """
     buffer = memoryview(bytearray(_COPY_BUFFER_BYTES))  # for StoredBytes, on the writer thread
     for out in outputs:
@@ -236,7 +239,7 @@ def write_ggufs(
             release(tensors[i])
 
         _pipeline(len(tensors), lambda i: load(tensors[i]), encode, write, cancel,
-                  [t.n_elements for t in tensors])
+                  [0 if copied(t) else t.n_elements for t in tensors])
         for fh in files:
             fh.close()  # flush before the renames that leaving the stack performs
     return [out.target for out in outputs]
@@ -277,8 +280,9 @@ def _pipeline(count: int, load: Callable[[int], np.ndarray], encode: MultiEncode
 
     Memory stays bounded by the model's largest tensors, whatever its size: tensors
     loaded ahead (up to three while they are small, ``sizes`` counts their values, else
-    one), two being encoded, two outputs waiting to be written. Errors from any stage
-    surface here, in order; nothing is left running.
+    one), two being encoded, two outputs waiting to be written. A size of 0 means the
+    load reads nothing (a copy, read as it is written): it runs on this thread. Errors
+    from any stage surface here, in order; nothing is left running.
     """
     if count == 0:
         return
@@ -294,10 +298,20 @@ def _pipeline(count: int, load: Callable[[int], np.ndarray], encode: MultiEncode
             while next_load < count and (not loads or (
                     len(loads) < _LOADS_AHEAD
                     and sum(sizes[next_load - len(loads):next_load + 1]) <= _AHEAD_VALUES)):
-                loads.append(loader.submit(load, next_load))
+                if sizes[next_load]:
+                    loads.append(loader.submit(load, next_load))
+                else:  # nothing to read ahead: loaded here, no hand-off to the loader thread
+                    loads.append(Future())
+                    loads[-1].set_result(load(next_load))
                 next_load += 1
 
         def hand_over(index: int, pending) -> None:
+            if not hasattr(pending, "result") and not writing:
+                # Finished when handed out (a copy) and nothing queued before it: written
+                # here. Handing 272 copied tensors to the writer thread one by one cost an
+                # F16 -> F16 job of SmolLM2 0.22 s instead of 0.12 s (thread hand-offs).
+                write(index, pending)
+                return
             encoded = pending.result() if hasattr(pending, "result") else pending
             if len(writing) == _WRITES_QUEUED:
                 writing.popleft().result()

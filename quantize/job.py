@@ -8,7 +8,8 @@ encoded for every target on a thread pool over row chunks, each chunk widened to
 right before its compiled kernel (which releases the GIL, so all cores work). The next
 tensor's chunks are queued before the current one's are waited for, so no core idles at
 a tensor's end, and finished outputs are written on a writer thread meanwhile. A tensor
-whose type does not change is written straight from the map. Memory holds a few tensors
+whose type does not change is copied from the file (``StoredBytes``) on the job's own
+thread: nothing to overlap, so no hand-off between threads. Memory holds a few tensors
 and their encodings at a time, whatever the model's size. Outputs are written beside
 their targets and renamed only when complete; cancel or failure leaves nothing behind.
 """
@@ -361,9 +362,11 @@ def quantize_model(
         outputs = [plan.gguf_output(Path(t.path)) for plan, t in zip(plans, targets)]
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quantize") as pool:
             encoder = _TensorEncoder(plans, imatrix, pool, threads, cancel, progress)
+            copied = _copied_unchanged(plans)
             paths = write_ggufs(outputs, [p.tensor for p in plans[0].tensors], encoder, cancel,
-                                load=functools.partial(_load, _copied_unchanged(plans)),
-                                release=lambda t: t.release and t.release())
+                                load=functools.partial(_load, copied),
+                                release=lambda t: t.release and t.release(),
+                                copied=lambda t: t.name in copied)
     finally:
         if source is not input:
             getattr(source, "close", lambda: None)()

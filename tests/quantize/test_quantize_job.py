@@ -163,6 +163,15 @@ def test_cancel_leaves_no_output(tiny_models, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_cancel_of_a_copy_leaves_no_output(tiny_models, tmp_path):
+    # F16 -> F16 copies every tensor on the job's own thread, with no encoding to wait for
+    token = CancelToken()
+    with pytest.raises(Cancelled):
+        quantize_model(tiny_models["tied-gqa4"], [QuantizeTarget(FILE_TYPES["F16"], tmp_path / "F16.gguf")],
+                       report=lambda p: token.cancel(), cancel=token)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_failure_half_way_leaves_no_output_and_keeps_an_existing_file(tiny_models, tmp_path):
     (tmp_path / "Q8_0.gguf").write_bytes(b"previous")
     source = CountingSource(tiny_models["tied-gqa4"], fail_at=5)
