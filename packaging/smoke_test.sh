@@ -16,7 +16,7 @@
 #      ldd finds every dependency of every bundled ELF file there;
 #   3. as a new non-root user, with `env -i`: `quantdesk doctor` says "installed (.deb)";
 #      `quantdesk chat SmolLM2 --no-save` answers "Paris"; `quantdesk quantize` makes a
-#      Q4_K_M; the window opens on Xvfb (timed; screenshot); the desktop entry validates
+#      Q4_K_M, compiling its kernels into ~/.cache/QuantDesk/numba, and again from that cache; the window opens on Xvfb (timed; screenshot); the desktop entry validates
 #      and the .gguf MIME type points at it; `apt-get remove` takes it away again;
 #   4. the same with the .tar.gz unpacked in the user's home ("portable (.tar.gz)");
 #   5. the source install's start-up time beside the frozen app's;
@@ -195,12 +195,28 @@ check_cli() {  # check_CLI LABEL EXPECTED_KIND CMD...: doctor, chat, quantize
     grep -qi "paris" <<<"$out" || { echo "$out"; fail "$label: the chat reply does not mention Paris"; }
     note "$label: quantdesk chat answered: $(grep -i paris <<<"$out" | head -1 | cut -c1-100)"
 
+    # The first quantize compiles the kernels it needs into the user's cache folder (the
+    # bundle is read-only); the second must load them from there: it adds or rewrites no
+    # cache file (numba writes its index and code files only when it compiles).
+    local kernels="$CHROOT/home/$USER_NAME/.cache/QuantDesk/numba" first second cached_before
+    first=$(date +%s%N)
     out=$("$@" quantize "/home/$USER_NAME/tiny-llama" --type Q4_K_M \
           -o "/home/$USER_NAME/tiny-$label-Q4_K_M.gguf" 2>&1) \
         || { echo "$out"; fail "$label: quantdesk quantize failed"; }
+    first=$(( ($(date +%s%N) - first) / 1000000 ))
     local gguf="$CHROOT/home/$USER_NAME/tiny-$label-Q4_K_M.gguf"
     [[ -s "$gguf" && "$(head -c4 "$gguf")" == "GGUF" ]] || { echo "$out"; fail "$label: no Q4_K_M GGUF written"; }
-    note "$label: quantdesk quantize: tiny HF llama -> $(basename "$gguf") ($(stat -c %s "$gguf") bytes)"
+    cached_before=$(find "$kernels" -type f -printf '%P %s %T@\n' 2>/dev/null | sort)
+    grep -q '\.nbc ' <<<"$cached_before" || fail "$label: no compiled kernels cached in ~/.cache/QuantDesk/numba"
+    second=$(date +%s%N)
+    out=$("$@" quantize "/home/$USER_NAME/tiny-llama" --type Q4_K_M \
+          -o "/home/$USER_NAME/tiny-$label-again.gguf" 2>&1) \
+        || { echo "$out"; fail "$label: quantdesk quantize (second run) failed"; }
+    second=$(( ($(date +%s%N) - second) / 1000000 ))
+    cmp -s "$gguf" "$CHROOT/home/$USER_NAME/tiny-$label-again.gguf" || fail "$label: the second quantize wrote other bytes"
+    [[ "$(find "$kernels" -type f -printf '%P %s %T@\n' | sort)" == "$cached_before" ]] \
+        || fail "$label: the second quantize compiled again instead of loading the cached kernels"
+    note "$label: quantdesk quantize: tiny HF llama -> $(basename "$gguf") ($(stat -c %s "$gguf") bytes); first use $first ms (compiles; $(grep -c '\.nbc ' <<<"$cached_before") kernel files cached in ~/.cache/QuantDesk/numba), again $second ms with the cached kernels, same bytes"
 }
 
 start_xvfb() {
