@@ -10,10 +10,9 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-import time
 from typing import Callable, Optional, TextIO, TypeVar
 
-from app.core.jobs import CancelToken, Progress
+from app.core.jobs import CancelToken, Progress, StageClock, eta_seconds
 
 T = TypeVar("T")
 
@@ -33,14 +32,13 @@ class ConsoleProgress:
         # sys.stderr looked up now, not at import: it may have been replaced since (tests, GUI).
         self.stream = stream if stream is not None else sys.stderr
         self.width = width
-        self.started = time.monotonic()
+        self._stages = StageClock()
         self._tty = getattr(self.stream, "isatty", lambda: False)()
         self._last_stage = ""
 
     def __call__(self, p: Progress) -> None:
         fraction = p.fraction
-        elapsed = time.monotonic() - self.started
-        eta = elapsed * (1 - fraction) / fraction if fraction else None
+        eta = eta_seconds(self._stages.stage_start(p.stage), fraction)
         if fraction is None:
             bar, pct = "?" * self.width, "   ?%"
         else:

@@ -50,6 +50,43 @@ class Progress:
 ProgressCallback = Callable[[Progress], None]
 
 
+def eta_seconds(started: float, fraction: Optional[float], now: Optional[float] = None) -> Optional[float]:
+    """Seconds left, extrapolated from the time since ``started`` and the fraction done.
+
+    ``None`` until a second has passed and 1% is done: extrapolated from a quantize job's
+    first tensor (a norm of a few KB), the time left of a model would read days.
+    """
+    now = time.monotonic() if now is None else now
+    if not fraction or fraction < 0.01 or now - started < 1.0:
+        return None
+    return (now - started) * (1 - fraction) / fraction
+
+
+class StageClock:
+    """When the stage a job reports now began, so that its ETA counts from there.
+
+    A job's stages run at their own pace ("Preparing" the quantizer's kernels can take
+    longer than "Quantizing" a small model): extrapolating a stage's fraction from the
+    job's start would overstate the time left. A stage is taken to begin where the one
+    before it last reported (its end); the first, when the clock was made.
+    """
+
+    def __init__(self, started: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.started = clock() if started is None else started
+        self._stage: Optional[str] = None
+        self._last = self.started
+
+    def stage_start(self, stage: str) -> float:
+        """Note a report of ``stage`` now; return the time its stage began."""
+        now = self._clock()
+        if self._stage is not None and stage != self._stage:
+            self.started = self._last
+        self._stage, self._last = stage, now
+        return self.started
+
+
 class CancelToken:
     """A flag a job checks between units of work; setting it asks the job to stop.
 

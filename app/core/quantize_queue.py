@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, JobResult, ProgressCallback
+from app.core.jobs import CancelToken, JobResult, ProgressCallback, eta_seconds
 
 #: The target types the page lists, in its order (largest first), as the issue names them.
 #: Only those the quantizer can write (``quantize.ftypes.FILE_TYPES``) are offered.
@@ -328,9 +328,9 @@ class QuantizeQueue:
 
 
 def eta_text(started: float, fraction: Optional[float], now: Optional[float] = None) -> str:
-    """``"ETA 1:05"`` from the time a job started and its fraction done; ``"ETA --:--"`` early."""
-    now = time.monotonic() if now is None else now
-    if not fraction or fraction <= 0 or now <= started:
+    """``"ETA 1:05"`` from the time a job (or its stage) started and its fraction done;
+    ``"ETA --:--"`` while too little is done to tell (:func:`app.core.jobs.eta_seconds`)."""
+    left = eta_seconds(started, fraction, now)
+    if left is None:
         return "ETA --:--"
-    left = (now - started) * (1 - fraction) / fraction
     return f"ETA {int(left) // 60}:{int(left) % 60:02d}"

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken, Progress, ProgressReporter, atomic_output, check
+from app.core.jobs import CancelToken, Progress, ProgressReporter, StageClock, atomic_output, check
 
 
 def test_progress_fraction_is_clamped_and_unknown_without_total():
@@ -63,3 +63,13 @@ def test_error_message_joins_what_and_fix():
     err = QuantDeskError("The file x.gguf is truncated.", "Download it again.")
     assert str(err) == "The file x.gguf is truncated. Download it again."
     assert QuantDeskError("Only what.").user_message == "Only what."
+
+
+def test_a_stage_clock_starts_each_stage_where_the_last_one_reported():
+    times = iter([0.0, 40.0, 100.0, 110.0, 120.0])
+    clock = StageClock(clock=lambda: next(times))  # made at 0 s
+    assert clock.stage_start("Preparing") == 0.0  # report at 40 s
+    assert clock.stage_start("Preparing") == 0.0  # its last report, at 100 s
+    assert clock.stage_start("Quantizing") == 100.0  # first report at 110 s: began when Preparing ended
+    assert clock.stage_start("Quantizing") == 100.0
+    assert StageClock(started=5.0, clock=lambda: 9.0).stage_start("Reading") == 5.0

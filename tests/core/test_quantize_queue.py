@@ -92,3 +92,5 @@ def test_eta_text():
     assert eta_text(100.0, 0.25, now=110.0) == "ETA 0:30"
     assert eta_text(100.0, None, now=110.0) == "ETA --:--"
     assert eta_text(0.0, 0.5, now=130.0) == "ETA 2:10"
+    assert eta_text(0.0, 0.005, now=2.0) == "ETA --:--"  # the first small tensor: no wild guess
+    assert eta_text(0.0, 0.5, now=0.5) == "ETA --:--"

@@ -146,9 +146,16 @@ def test_several_targets_load_each_tensor_once_and_equal_separate_jobs(tiny_mode
 
 def test_progress_is_reported_per_tensor_up_to_the_total(tiny_models, tmp_path):
     seen = []
-    quantize_model(tiny_models["tied-gqa4"], [QuantizeTarget(FILE_TYPES["Q4_K_M"], tmp_path / "o.gguf"),
-                                              QuantizeTarget(FILE_TYPES["Q6_K"], tmp_path / "p.gguf")],
-                   report=seen.append)
+    targets = [QuantizeTarget(FILE_TYPES["Q4_K_M"], tmp_path / "o.gguf"), QuantizeTarget(FILE_TYPES["Q6_K"], tmp_path / "p.gguf")]
+    quantize_model(tiny_models["tied-gqa4"], targets, report=seen.append)
+    # First the kernels of every quantized type the files hold, one "Preparing" step each
+    # (compiled on first use, else loaded from the cache), then the tensors.
+    preparing = [p for p in seen if p.stage == "Preparing"]
+    assert seen[:len(preparing)] == preparing
+    written = {qtype for target in targets for qtype in tensor_types(target.path).values()} - {T.F32, T.F16, T.BF16}
+    assert {p.detail.split()[1] for p in preparing} == {t.name for t in written}
+    assert all(p.total is None for p in preparing)  # cached or compiled: not known ahead
+    seen = seen[len(preparing):]
     assert seen and all(p.stage == "Quantizing" for p in seen)
     assert [p.done for p in seen] == sorted(p.done for p in seen)
     assert seen[-1].done == pytest.approx(seen[-1].total) and seen[-1].fraction == 1.0
@@ -160,6 +167,19 @@ def test_cancel_leaves_no_output(tiny_models, tmp_path):
     targets = [QuantizeTarget(FILE_TYPES[n], tmp_path / f"{n}.gguf") for n in ("Q4_K_M", "Q8_0")]
     with pytest.raises(Cancelled):
         quantize_model(tiny_models["tied-gqa4"], targets, report=lambda p: token.cancel(), cancel=token)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cancel_while_preparing_the_kernels_leaves_no_output(tiny_models, tmp_path):
+    token = CancelToken()
+
+    def report(progress):
+        assert progress.stage == "Preparing"  # nothing is read before the kernels are ready
+        token.cancel()
+
+    with pytest.raises(Cancelled):
+        quantize_model(tiny_models["tied-gqa4"], [QuantizeTarget(FILE_TYPES["Q4_K_M"], tmp_path / "o.gguf")],
+                       report=report, cancel=token)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -13,7 +13,6 @@ recorded in the Library and listed here with "Chat with it".
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import StageClock
 from app.core.quantize_queue import (
     DEFAULT_PATTERN, QuantizeInput, QuantizeQueue, QuantizeRequest, QueuedJob, default_output_folder,
     eta_text, inspect_input, run_quantize, saved_load_settings,
@@ -67,6 +67,7 @@ class QuantizePage(Page):
         self._plan_generation = 0
         self._job_worker: Optional[JobWorker] = None
         self._running: Optional[QueuedJob] = None
+        self._stages = StageClock()  # the running job's: its ETA counts from the current stage's start
         self._replan_timer = QTimer(self, singleShot=True, interval=250)
         self._replan_timer.timeout.connect(self._replan)
         self._build()
@@ -316,8 +317,9 @@ class QuantizePage(Page):
         if job is None:
             return
         self._running = job
+        self._stages = StageClock(job.started)
         request = job.request
-        self.progress_bar.setValue(0)
+        self._set_bar(0.0)
         self.progress_label.setText(f"Starting {', '.join(request.types)} for {Path(request.input).name} …")
         self._job_worker = start_job(
             lambda report, cancel: run_quantize(request, report, cancel),
@@ -328,13 +330,24 @@ class QuantizePage(Page):
 
     def _progress(self, progress) -> None:
         job = self._running
-        fraction = progress.fraction or 0.0
-        self.progress_bar.setValue(int(fraction * 1000))
-        eta = eta_text(job.started if job and job.started else time.monotonic(), fraction)
+        stage_start = self._stages.stage_start(progress.stage)
         queued = sum(1 for j in self.queue.jobs if j.state == "queued")
         more = f" · {queued} more job(s) queued" if queued else ""
         name = Path(job.request.input).name if job else ""
-        self.progress_label.setText(f"{progress.stage} {name} {fraction * 100:.0f}% · {eta}{more} · {progress.detail}")
+        if progress.fraction is None:  # a stage of unknown length: loading the quantizer's kernels
+            self._set_bar(None)
+            self.progress_label.setText(f"{progress.stage} {name}{more} · {progress.detail}")
+            return
+        self._set_bar(progress.fraction)
+        eta = eta_text(stage_start, progress.fraction)
+        self.progress_label.setText(f"{progress.stage} {name} {progress.fraction * 100:.0f}% · {eta}{more} · "
+                                    f"{progress.detail}")
+
+    def _set_bar(self, fraction: Optional[float]) -> None:
+        """The bar at ``fraction`` done, or busy (moving, no percentage) for ``None``."""
+        self.progress_bar.setRange(0, 0 if fraction is None else 1000)
+        if fraction is not None:
+            self.progress_bar.setValue(int(fraction * 1000))
 
     def _job_done(self, job: QueuedJob, result) -> None:
         self.queue.finish(job, "done", result.summary, result.outputs)
@@ -342,7 +355,7 @@ class QuantizePage(Page):
         self.outputs_model.setStringList(self.outputs_model.stringList() + paths)
         if paths:
             self.outputs_view.setCurrentIndex(self.outputs_model.index(self.outputs_model.rowCount() - 1))
-        self.progress_bar.setValue(1000)
+        self._set_bar(1.0)
         self.progress_label.setText(f"Done: {len(paths)} file(s) written and added to the Library.")
         self.banner.show_message(f"Wrote {', '.join(Path(p).name for p in paths)}.", level="info",
                                  action_text="Chat with it", on_action=self.chat_with_output)
@@ -351,7 +364,7 @@ class QuantizePage(Page):
 
     def _job_ended(self, job: QueuedJob, state: str, text: str) -> None:
         self.queue.finish(job, state, text)
-        self.progress_bar.setValue(0)
+        self._set_bar(0.0)
         self.progress_label.setText(text)
         if state == "failed":
             self.banner.show_message(text, level="error")
