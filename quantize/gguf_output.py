@@ -203,7 +203,9 @@ def write_ggufs(
     says ``load`` gives a :class:`StoredBytes` for it (nothing is read until it is written),
     so no thread needs to load it ahead.
     """
-    buffer = memoryview(bytearray(_COPY_BUFFER_BYTES))  # for StoredBytes, on the writer thread
+    # For StoredBytes: one write at a time uses it (the job's thread writes only while
+    # no write is queued on the writer thread, see _pipeline's hand_over).
+    buffer = memoryview(bytearray(_COPY_BUFFER_BYTES))
     for out in outputs:
         if [p.tensor.name for p in out.planned] != [t.name for t in tensors]:
             raise ValueError(f"{out.target}: planned tensors differ from the tensor stream")

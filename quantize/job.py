@@ -316,11 +316,10 @@ def _prepare_kernels(plans: Sequence[QuantPlan], imatrix: bool, report: Optional
     Done here, the user reads "Preparing … the Q4_K quantizer" instead of watching the
     first tensor sit at 0 %, and can cancel between types.
     """
-    from quantize.blocks import KERNELS, compile_kernels
-
-    needed = sorted({p.qtype for plan in plans for p in plan.tensors if p.qtype in KERNELS})
-    if not needed:
+    needed = sorted({p.qtype for plan in plans for p in plan.tensors if is_quantized_type(p.qtype)})
+    if not needed:  # F16/BF16/F32 only: no block kernel (and no need of the compiled package)
         return
+    from quantize.blocks import compile_kernels  # every quantized type's encoder is there (_check_encoders)
 
     # No total: loading a cached kernel takes milliseconds, compiling one seconds, and which
     # it will be is not known ahead (the GUI shows a busy bar).
@@ -380,8 +379,7 @@ def quantize_model(
         check_imatrix(plans, imatrix)
         _register_encoders()
         _check_encoders(plans)
-        if any(is_quantized_type(p.qtype) for plan in plans for p in plan.tensors):
-            _prepare_kernels(plans, imatrix is not None, report, cancel)
+        _prepare_kernels(plans, imatrix is not None, report, cancel)
         threads = max(1, options.threads or os.cpu_count() or 1)
         total = sum(_units(p.tensor, p.qtype) for plan in plans for p in plan.tensors)
         progress = ProgressReporter(report, total, "Quantizing")
