@@ -185,8 +185,11 @@ class HubHandler(BaseHTTPRequestHandler):
         if path.startswith("/api/") and self.state.faults.api_status:
             return self._error(self.state.faults.api_status, "Error", "injected API failure")
         if path.startswith("/api/") and self.state.faults.api_delay:
-            # A slow Hub (the GUI must stay responsive); a request still waiting ends with the server.
-            self.state.stopping.wait(self.state.faults.api_delay)
+            # A slow Hub (the GUI must stay responsive); a request still waiting when the server
+            # stops gets no answer (its client is usually long gone).
+            if self.state.stopping.wait(self.state.faults.api_delay):
+                self.close_connection = True
+                return
         if path == "/api/whoami-v2":
             return self._whoami()
         if path == "/api/models":
