@@ -114,6 +114,7 @@ def test_a_cancelled_request_stops_while_the_hub_is_silent(hub, ask):
     cancel = CancelToken()
     thread, out = in_thread(lambda: ask(cancel))
     wait_for(lambda: len(hub.state.requests) > asked, "the request reached the Hub")
+    assert hub.state.requests[-1]["path"] in ("/api/models", "/api/models/acme/tiny-GGUF")
     cancel.cancel()
     thread.join(60)  # the Hub holds its answer for HELD s: only the cancel ends this
     assert not thread.is_alive() and isinstance(out.get("error"), Cancelled)

@@ -181,12 +181,12 @@ def _held_search(qtbot, hub, hub_panel, text: str):
     """Start a search the Hub does not answer (until it stops); its worker and a list that
     gets "cancelled" when the worker ends that way."""
     hub.state.faults.api_delay = 600.0
-    asked = len(hub.state.requests)
     hub_panel.search_edit.setText(text)
     hub_panel.search()
     worker, ends = hub_panel._search_worker, []
     worker.signals.cancelled.connect(lambda: ends.append("cancelled"))
-    qtbot.waitUntil(lambda: len(hub.state.requests) > asked, timeout=10000)
+    qtbot.waitUntil(lambda: any(r["path"] == "/api/models" and r["query"].get("search") == [text]
+                                for r in hub.state.requests), timeout=10000)
     return worker, ends
 
 
