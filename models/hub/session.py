@@ -30,7 +30,8 @@ interruptible: the DNS lookup and TCP connect (bounded by the connect timeout), 
 library's sleeps between retries of HTTP 429/5xx answers (the retry itself is then not sent).
 
 **Timeouts the library leaves open** (it passes ``timeout=None``) become :data:`TIMEOUT`, so
-a Hub that accepts and never answers ends in a sentence instead of a hang.
+a request to a Hub that accepts and never answers ends (after the library's retries, or at
+once when cancelled) instead of hanging for ever where nothing can cancel it (the CLI).
 
 Reads become cancellable through an ``httpcore2`` network backend wrapped around each
 connection pool's own. ``httpx2.HTTPTransport`` takes no backend argument, so
@@ -102,12 +103,16 @@ class _CancellableStream(httpcore2.NetworkStream):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             token.raise_if_cancelled()
-            wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            wait = POLL_S
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:  # (a 0 s socket timeout would mean "non-blocking", not "timed out")
+                    raise httpcore2.ReadTimeout("timed out")
+                wait = min(wait, left)
             try:
-                return self._stream.read(max_bytes, max(wait, 0.0))
+                return self._stream.read(max_bytes, wait)
             except httpcore2.ReadTimeout:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
+                continue  # a slice ran out, not the caller's timeout: look at the token again
 
     def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
         check(_CANCEL.get())

@@ -122,6 +122,21 @@ def test_a_cancelled_request_stops_while_the_hub_is_silent(hub, ask):
     assert [m.repo_id for m in search_models("tiny").results] == ["acme/tiny-GGUF"]
 
 
+def test_open_timeouts_get_limits_and_a_cancellable_read_keeps_its_own(hub, monkeypatch):
+    import httpx2
+    from huggingface_hub.utils import get_session
+
+    from models.hub import session
+
+    hub.state.faults.api_delay = HELD
+    url = f"{hub.url}/api/models"
+    monkeypatch.setattr(session, "TIMEOUT", httpx2.Timeout(0.3))
+    with pytest.raises(httpx2.ReadTimeout):
+        get_session().get(url, timeout=None)  # what huggingface_hub passes: no limit
+    with session.cancellable(CancelToken()), pytest.raises(httpx2.ReadTimeout):
+        get_session().get(url, timeout=0.5)  # read in slices, but the caller's limit holds
+
+
 def test_a_cancelled_token_sends_nothing(hub):
     cancel = CancelToken()
     cancel.cancel()
