@@ -3,7 +3,10 @@
 Every Hub call goes through :func:`hub_api` (endpoint and token read now, see
 :mod:`models.hub.auth`) inside :func:`hub_errors`, which maps the client's exceptions —
 gated, not found, rate limited, offline — to :class:`~app.core.errors.QuantDeskError`
-naming the repo and what to do.
+naming the repo and what to do, and makes the call stop when its cancel token is set.
+Importing this module installs QuantDesk's HTTP client under ``huggingface_hub``
+(:mod:`models.hub.session`: a refused connection fails at once instead of ~23 s of
+retries that close the client every thread shares).
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from huggingface_hub.errors import (
 )
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import CancelToken
+from models.hub import session
 from models.hub.auth import describe_token, hub_endpoint, resolve_token
+
+session.install()
 
 TOKEN_FIX = ("Accept the model's terms on its Hub page, then set HF_TOKEN or store a token "
              "in QuantDesk's settings (huggingface.co/settings/tokens).")
@@ -52,10 +59,15 @@ def error_for_status(status: int, what: str, retry_after: Optional[str] = None) 
 
 
 @contextlib.contextmanager
-def hub_errors(what: str) -> Iterator[None]:
-    """Re-raise ``huggingface_hub``/``httpx2`` errors met while working on ``what`` as sentences."""
+def hub_errors(what: str, cancel: Optional[CancelToken] = None) -> Iterator[None]:
+    """Re-raise ``huggingface_hub``/``httpx2`` errors met while working on ``what`` as sentences.
+
+    Requests inside stop with :class:`~app.core.errors.Cancelled` once ``cancel`` is set,
+    also while they wait for the Hub (:func:`models.hub.session.cancellable`).
+    """
     try:
-        yield
+        with session.cancellable(cancel):
+            yield
     except GatedRepoError as exc:
         raise error_for_status(exc.response.status_code if exc.response is not None else 403, what) from exc
     except RevisionNotFoundError as exc:
@@ -80,14 +92,16 @@ def hub_errors(what: str) -> Iterator[None]:
                              "Check the internet connection (and HF_ENDPOINT if you set it).") from exc
 
 
-def probe_hub(timeout: float = 3.0) -> None:
-    """One quick request to the Hub, without the client's retries; raises the offline sentence.
+def probe_hub(timeout: float = 3.0, cancel: Optional[CancelToken] = None) -> None:
+    """One quick request to the Hub, with a short timeout; raises the offline sentence.
 
-    ``HfApi.list_models`` retries a refused connection five times with backoff (about
-    25 s) before failing. A search that has not answered after a moment runs this probe
-    beside it, so the user hears "could not reach the Hub" in seconds, not half a minute.
+    A refused connection fails a search at once (:mod:`models.hub.session`), but one that
+    hangs — a black-holed address, a slow DNS, a Hub that accepts and does not answer —
+    waits for the client's longer timeouts. A search that has not answered after a
+    moment runs this probe beside it, so the user hears "could not reach the Hub" in
+    seconds, and the search is cancelled.
     """
     from huggingface_hub.utils import get_session
 
-    with hub_errors("a quick check of the connection"):
+    with hub_errors("a quick check of the connection", cancel):
         get_session().get(f"{hub_endpoint()}/api/models", params={"limit": 1}, timeout=timeout)

@@ -17,6 +17,7 @@ from typing import Optional, Union
 from huggingface_hub.hf_api import RepoFile
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import CancelToken
 from models.hub.client import hub_api, hub_errors
 
 # A quant name between separators: Q4_K_M, IQ2_XXS, Q8_0, BF16, TQ1_0, MXFP4, UD-Q4_K_XL...
@@ -161,14 +162,16 @@ def _file_info(entry: RepoFile) -> HubFileInfo:
     return HubFileInfo(entry.path, entry.size or 0, entry.lfs.sha256 if entry.lfs else None, entry.blob_id)
 
 
-def model_details(repo_id: str, revision: Optional[str] = None) -> ModelDetails:
+def model_details(repo_id: str, revision: Optional[str] = None,
+                  cancel: Optional[CancelToken] = None) -> ModelDetails:
     """Ask the Hub about ``repo_id``: its commit, files with sizes and hashes, variants.
 
     The file list comes from the tree API pinned to the commit that ``model_info``
     reported, so files and hashes describe one consistent snapshot even if the repo
-    changes in between.
+    changes in between. ``cancel`` stops the requests, also while they wait for the Hub
+    (:class:`~app.core.errors.Cancelled`).
     """
-    with hub_errors(repo_id):
+    with hub_errors(repo_id, cancel):
         api = hub_api()
         info = api.model_info(repo_id, revision=revision)
         commit = info.sha or revision or "main"

@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Optional, Union
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import CancelToken
 from models.hub.client import hub_api, hub_errors
 
 # Our sort names → ``HfApi.list_models(sort=...)``; the Hub sorts these descending.
@@ -59,7 +60,8 @@ def license_from_tags(tags: Optional[list[str]]) -> Optional[str]:
 
 
 def search_models(text: str = "", fmt: str = "gguf", sort: str = "downloads", page: int = 0,
-                  page_size: int = 20, author: Optional[str] = None) -> SearchPage:
+                  page_size: int = 20, author: Optional[str] = None,
+                  cancel: Optional[CancelToken] = None) -> SearchPage:
     """Find models whose name contains ``text``.
 
     Args:
@@ -69,8 +71,10 @@ def search_models(text: str = "", fmt: str = "gguf", sort: str = "downloads", pa
         page: Zero-based page number.
         page_size: Results per page (1 to 100).
         author: Only models of this user or organisation.
+        cancel: Stops the request, also while it waits for the Hub.
 
     Raises:
+        Cancelled: ``cancel`` was set.
         QuantDeskError: A bad argument, or the Hub could not be asked.
     """
     if fmt not in FORMATS:
@@ -81,7 +85,7 @@ def search_models(text: str = "", fmt: str = "gguf", sort: str = "downloads", pa
         raise QuantDeskError(f"Page {page} of size {page_size} is not a valid page.",
                              f"Pages start at 0 and hold 1 to {MAX_PAGE_SIZE} results.")
     wanted = (page + 1) * page_size + 1
-    with hub_errors(f"the search for '{text}'"):
+    with hub_errors(f"the search for '{text}'", cancel):
         models = hub_api().list_models(search=text or None, filter=FORMATS[fmt], author=author,
                                        sort=SORTS[sort], limit=wanted, expand=_EXPAND)
         rows = list(islice(models, page * page_size, wanted))

@@ -15,9 +15,11 @@ target as ``.NAME.part`` with a JSON sidecar ``.NAME.download.json`` naming the 
 part already on disk and asks for the rest with ``Range: bytes=N-``. Only a file whose
 hash matches is renamed to its real name, so the library never shows an unverified file.
 
-Network faults (dropped connection, timeout, 5xx, 429) are retried with exponential
-backoff (``Retry-After`` honoured); the failure count resets whenever bytes arrive. An
-expired CDN URL (401/403/404 from the CDN) is replaced by asking the Hub again.
+Network faults (refused or dropped connection, timeout, 5xx, 429) are retried with
+exponential backoff (``Retry-After`` honoured); the failure count resets whenever bytes
+arrive. Cancelling stops the transfer at once, also while a request waits for the Hub or
+a backoff runs. An expired CDN URL (401/403/404 from the CDN) is replaced by asking the Hub
+again.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, check
 from models.hub.auth import hub_endpoint
 from models.hub.client import error_for_status, hub_errors
+from models.hub.session import cancellable
 
 CHUNK = 1 << 20
 FLUSH_SECONDS = 0.25
@@ -253,7 +256,8 @@ class _Transfer:
     def run(self) -> None:
         """Attempt until every byte is on disk, backing off between failed attempts."""
         failures = 0
-        with ThreadPoolExecutor(1, thread_name_prefix="quantdesk-hash") as sink_pool:
+        # Cancelling also stops a request that waits for the Hub (a HEAD, a stalled read).
+        with cancellable(self.cancel), ThreadPoolExecutor(1, thread_name_prefix="quantdesk-hash") as sink_pool:
             while self.offset < self.remote.size:
                 check(self.cancel)
                 before = self.offset

@@ -102,7 +102,8 @@ class Faults:
     retry_after: int = 1
     throttle_bytes_per_s: Optional[int] = None  # slow every file body to this rate
     api_status: Optional[int] = None  # every /api call answers this status
-    api_delay: float = 0.0  # seconds every /api call waits before answering
+    api_delay: float = 0.0  # seconds every /api call waits before answering (or until the server stops)
+    stall_after: dict[str, int] = field(default_factory=dict)  # bytes sent, then silence until the server stops
 
 
 @dataclass
@@ -115,6 +116,7 @@ class HubState:
     faults: Faults = field(default_factory=Faults)
     requests: list[dict] = field(default_factory=list)
     page_size: int = 1000  # the Hub's own cap on one page of /api/models
+    stopping: threading.Event = field(default_factory=threading.Event)  # set when the server shuts down
 
     def add_repo(self, repo: HubRepo) -> HubRepo:
         self.repos[repo.repo_id] = repo
@@ -183,7 +185,11 @@ class HubHandler(BaseHTTPRequestHandler):
         if path.startswith("/api/") and self.state.faults.api_status:
             return self._error(self.state.faults.api_status, "Error", "injected API failure")
         if path.startswith("/api/") and self.state.faults.api_delay:
-            time.sleep(self.state.faults.api_delay)  # a slow Hub: the GUI must stay responsive
+            # A slow Hub (the GUI must stay responsive); a request still waiting when the server
+            # stops gets no answer (its client is usually long gone).
+            if self.state.stopping.wait(self.state.faults.api_delay):
+                self.close_connection = True
+                return
         if path == "/api/whoami-v2":
             return self._whoami()
         if path == "/api/models":
@@ -356,6 +362,12 @@ class HubHandler(BaseHTTPRequestHandler):
             data = bytes(b ^ 0x5A for b in data[:64]) + data[64:]
         if drop_at is not None:
             data = data[:max(0, drop_at - start)]
+        if (stall_at := faults.stall_after.get(name)) is not None:
+            self._write_paced(data[:max(0, stall_at - start)], None)
+            self.wfile.flush()
+            self.state.stopping.wait()  # a stalled connection: open, and no more bytes
+            self.close_connection = True
+            return
         self._write_paced(data, faults.throttle_bytes_per_s)
         if drop_at is not None:
             self.wfile.flush()
@@ -381,9 +393,9 @@ class HubHandler(BaseHTTPRequestHandler):
 class HubServer:
     """The fake Hub on 127.0.0.1 in a background thread; use as a context manager."""
 
-    def __init__(self, state: Optional[HubState] = None) -> None:
+    def __init__(self, state: Optional[HubState] = None, port: int = 0) -> None:
         self.state = state or HubState()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), HubHandler)
         self.httpd.daemon_threads = True
         self.httpd.state = self.state  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -394,6 +406,7 @@ class HubServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.state.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

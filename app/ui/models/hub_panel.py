@@ -2,9 +2,11 @@
 
 Every Hub request runs off the GUI thread on the panel's own thread pool (a slow server
 must not starve the global pool that quantize jobs use). A new search supersedes the old
-one: its token is cancelled and its late answer ignored, so results never arrive out of
-order. Errors (gated repo, network down) are the core's sentences in the banner; a gated
-or private repo's sentence offers to open the token in Settings.
+one, a newly selected model the old model's details: the old request is cancelled — it
+stops at once, also while it waits for the Hub (:mod:`models.hub.session`) — and a late
+answer is ignored, so results never arrive out of order. Closing the page cancels what is
+still asked. Errors (gated repo, network down) are the core's sentences in the banner; a
+gated or private repo's sentence offers to open the token in Settings.
 """
 
 from __future__ import annotations
@@ -86,11 +88,12 @@ _HUB_POOL: Optional[QThreadPool] = None
 def hub_pool() -> QThreadPool:
     """The threads Hub requests run on: separate from the global pool (a slow Hub must not
     hold back quantize jobs) and owned by no widget, because a pool's destructor waits for
-    its threads and a request the client is still retrying must not freeze a closing window."""
+    its threads and a request that is not cancellable (a TCP connect, a retry of an HTTP 5xx
+    answer) must not freeze a closing window."""
     global _HUB_POOL
     if _HUB_POOL is None:
         _HUB_POOL = QThreadPool()
-        _HUB_POOL.setMaxThreadCount(8)  # a search the client still retries must not block the next
+        _HUB_POOL.setMaxThreadCount(8)  # a request still ending (or not cancellable) must not block the next
     return _HUB_POOL
 
 
@@ -127,6 +130,8 @@ class HubPanel(QWidget):
         self.page = 0
         self.has_more = False
         self._search_worker: Optional[JobWorker] = None
+        self._probe_worker: Optional[JobWorker] = None
+        self._details_worker: Optional[JobWorker] = None
         self._search_generation = 0
         self._details_generation = 0
 
@@ -207,15 +212,14 @@ class HubPanel(QWidget):
 
         if page < 0:
             return
-        if self._search_worker is not None:
-            self._search_worker.cancel()
+        self._cancel_search()
         self._search_generation += 1
         generation = self._search_generation
         text, fmt, sort = self.search_edit.text().strip(), self.format_combo.currentData(), self.sort_combo.currentData()
         self.status.setText(f"Searching the Hub for '{text}' …" if text else "Searching the Hub …")
 
         def work(report, cancel):
-            result = search_models(text, fmt=fmt, sort=sort, page=page, page_size=PAGE_SIZE)
+            result = search_models(text, fmt=fmt, sort=sort, page=page, page_size=PAGE_SIZE, cancel=cancel)
             cancel.raise_if_cancelled()  # superseded meanwhile: do not report stale results
             return result
 
@@ -223,24 +227,32 @@ class HubPanel(QWidget):
                                         lambda message: self._search_failed(generation, message))
         QTimer.singleShot(PROBE_AFTER_MS, lambda: self._probe(generation))
 
+    def _cancel_search(self) -> None:
+        """Stop the search in progress and its connection check (their answers are dropped)."""
+        for worker in (self._search_worker, self._probe_worker):
+            if worker is not None:
+                worker.cancel()
+        self._search_worker = self._probe_worker = None
+
     def _probe(self, generation: int) -> None:
-        """The search is still waiting: check the connection once, so "offline" is said quickly."""
+        """The search is still waiting: check the connection once, so "offline" is said quickly
+        (and the search, which would say it later, is cancelled)."""
         from models.hub.client import probe_hub
 
         if generation != self._search_generation or self._search_worker is None:
             return
 
         def failed(message: str) -> None:
-            if generation == self._search_generation:
-                self._search_failed(generation, message)
-                self._search_generation += 1  # the search's own late failure is not said twice
+            if generation == self._search_generation and self._search_worker is not None:
+                self._search_failed(generation, message)  # also cancels the search
+                self._search_generation += 1  # its late answer is not shown
 
-        self._run(lambda report, cancel: probe_hub(), lambda _ok: None, failed)
+        self._probe_worker = self._run(lambda report, cancel: probe_hub(cancel=cancel), lambda _ok: None, failed)
 
     def _show_results(self, generation: int, result) -> None:
         if generation != self._search_generation:
             return
-        self._search_worker = None
+        self._cancel_search()  # it has ended; a connection check still running is not needed
         self.banner.clear()
         self.page, self.has_more = result.page, result.has_more
         self.results_model.set_rows(result.results)
@@ -253,7 +265,7 @@ class HubPanel(QWidget):
     def _search_failed(self, generation: int, message: str) -> None:
         if generation != self._search_generation:
             return
-        self._search_worker = None
+        self._cancel_search()  # it has ended; a connection check still running is not needed
         self.status.setText("")
         self._show_error(message)
         self.searched.emit(-1)
@@ -274,6 +286,8 @@ class HubPanel(QWidget):
         """Ask the Hub for ``repo_id``'s files and show its variants with fit badges."""
         from models.hub.details import model_details
 
+        if self._details_worker is not None:
+            self._details_worker.cancel()  # an earlier selection's request stops
         self._details_generation += 1
         generation = self._details_generation
         self.details = None
@@ -282,15 +296,16 @@ class HubPanel(QWidget):
         load_settings = saved_load_settings()
 
         def work(report, cancel):
-            details = model_details(repo_id)
+            details = model_details(repo_id, cancel=cancel)
             return details, details_choices(details, load_settings)
 
-        self._run(work, lambda result: self._show_details(generation, *result),
-                  lambda message: self._details_failed(generation, repo_id, message))
+        self._details_worker = self._run(work, lambda result: self._show_details(generation, *result),
+                                         lambda message: self._details_failed(generation, repo_id, message))
 
     def _show_details(self, generation: int, details, choices) -> None:
         if generation != self._details_generation:
             return
+        self._details_worker = None
         self.banner.clear()
         self.details = details
         self.variants_model.set_rows(choices)
@@ -313,10 +328,20 @@ class HubPanel(QWidget):
     def _details_failed(self, generation: int, repo_id: str, message: str) -> None:
         if generation != self._details_generation:
             return
+        self._details_worker = None
         self.details_title.setText(f"{repo_id}: no details.")
         self._show_error(message)
         self._update_buttons()
         self.details_shown.emit()
+
+    def shutdown(self) -> None:
+        """The window closes: cancel every Hub request still asked (each stops at once)."""
+        self._cancel_search()
+        if self._details_worker is not None:
+            self._details_worker.cancel()
+            self._details_worker = None
+        self._search_generation += 1
+        self._details_generation += 1
 
     def selected_choice(self) -> Optional[Choice]:
         rows = self.variants_view.selectionModel().selectedRows()

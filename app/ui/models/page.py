@@ -94,8 +94,9 @@ class ModelsPage(Page):
     def shutdown(self) -> None:
         """Pause running downloads (kept on disk, listed paused next start) and let disk work end.
 
-        Hub requests are not waited for: they only read, and their answers are dropped.
+        Hub requests are cancelled, not waited for: they only read, and stop at once.
         """
+        self.hub.shutdown()
         self.downloads.shutdown()
         self.pool.waitForDone(5000)  # a Library scan or removal in progress finishes
 

@@ -48,8 +48,8 @@ def tiny_hf(tiny_hf_master, tmp_path) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def hub_threads_end_before_exit():
-    """Let Hub requests the client is still retrying (the network-down test's) end before the
-    interpreter does, so no pool thread runs Python while it shuts down."""
+    """Let Hub requests still ending (cancelled ones stop at once) end before the interpreter
+    does, so no pool thread runs Python while it shuts down."""
     yield
     from app.ui.models.hub_panel import hub_pool
 

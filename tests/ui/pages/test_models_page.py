@@ -177,6 +177,45 @@ def test_a_slow_hub_leaves_the_window_responsive_and_a_new_search_wins(qtbot, wi
     assert [m.repo_id for m in hub_panel.results_model.rows] == ["acme/tiny-GGUF"]
 
 
+def _held_search(qtbot, hub, hub_panel, text: str):
+    """Start a search the Hub does not answer (until it stops); its worker and a list that
+    gets "cancelled" when the worker ends that way."""
+    hub.state.faults.api_delay = 600.0
+    hub_panel.search_edit.setText(text)
+    hub_panel.search()
+    worker, ends = hub_panel._search_worker, []
+    worker.signals.cancelled.connect(lambda: ends.append("cancelled"))
+    qtbot.waitUntil(lambda: any(r["path"] == "/api/models" and r["query"].get("search") == [text]
+                                for r in hub.state.requests), timeout=10000)
+    return worker, ends
+
+
+def test_a_superseded_search_stops_while_the_hub_is_silent(qtbot, window, hub):
+    from app.ui.models.hub_panel import hub_pool
+
+    page, hub_panel = _hub(qtbot, window)
+    _worker, ends = _held_search(qtbot, hub, hub_panel, "gated")
+    hub.state.faults.api_delay = 0.0
+    assert _search(qtbot, hub_panel, "tiny") == 1  # the new search supersedes the held one
+    qtbot.waitUntil(lambda: ends == ["cancelled"], timeout=20000)  # the Hub still holds the old answer
+    assert hub_pool().waitForDone(20000)  # no Hub thread is left waiting
+    assert [m.repo_id for m in hub_panel.results_model.rows] == ["acme/tiny-GGUF"]
+
+
+def test_closing_the_window_cancels_a_search_in_progress(qtbot, hub):
+    from app.ui.main_window import MainWindow
+    from app.ui.models.hub_panel import hub_pool
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    _page, hub_panel = _hub(qtbot, window)
+    _worker, ends = _held_search(qtbot, hub, hub_panel, "tiny")
+    window.close()
+    assert hub_pool().waitForDone(20000)  # the Hub holds the answer for 600 s: the cancel ended it
+    qtbot.waitUntil(lambda: ends == ["cancelled"], timeout=10000)
+
+
 def test_convertible_checkpoint_downloads_and_opens_on_quantize(qtbot, window, hub):
     page, hub_panel = _hub(qtbot, window)
     hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("safetensors"))
@@ -207,9 +246,9 @@ def test_paging_through_results(qtbot, window, hub, monkeypatch):
     assert first == ["acme/tiny-hf", "acme/tiny-GGUF"]  # most downloaded first
 
 
-def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, monkeypatch, tmp_path):
-    # Last in this file: huggingface_hub keeps retrying the refused search for ~25 s in
-    # its thread, and a refused connection closes the client every thread shares.
+def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, monkeypatch, tmp_path, hub):
+    # A refused connection fails the search at once (no ~23 s of huggingface_hub retries)
+    # and closes nothing that other requests use: the next search works.
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -219,7 +258,13 @@ def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, m
     page, hub_panel = _hub(qtbot, window)
     assert _search(qtbot, hub_panel, "tiny") == -1
     assert "could not reach the Hub" in page.banner.text()
+    from app.ui.models.hub_panel import hub_pool
+
+    assert hub_pool().waitForDone(20000)  # the failed search left no thread retrying
     library = page.show_library()
     with qtbot.waitSignal(library.refreshed, timeout=10000):
         library.load()
     assert library.view.accessibleName() == "Library" and library.view.isEnabled()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)  # the connection is back
+    page.show_hub()
+    assert _search(qtbot, hub_panel, "tiny") == 1 and not page.banner.text()
