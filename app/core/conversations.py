@@ -351,6 +351,13 @@ class ConversationStore:
             row = db.execute("SELECT model FROM conversations WHERE id = ?", (full_id,)).fetchone()
         return row[0] if row else None
 
+    def set_model(self, conversation_id: str, model: Optional[str]) -> None:
+        """Record ``model`` as the conversation's model without adding a message: a
+        relative path saved by an older CLI, once found, is stored as the file it means."""
+        full_id = self.resolve(conversation_id)
+        with self._db(write=True) as db:
+            db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, full_id))
+
     def settings(self, conversation_id: str) -> dict:
         """The conversation's own settings (system prompt, sampling, schema text...)."""
         full_id = self.resolve(conversation_id)

@@ -69,6 +69,9 @@ class ChatPage(Page):
         self._reply_model: Optional[str] = None  # the model writing the reply in progress
         self._pending_load: Optional[Path] = None
         self._model_notice = ""  # the banner's sentence about a reopened conversation's model
+        # (conversation id, recorded path): a relative model path not found before the
+        # Library's list arrived, looked for again when it does.
+        self._awaiting_library: Optional[tuple[str, str]] = None
 
         self.conversations = ConversationListModel()
         self.sidebar = ConversationSidebar(self.conversations)
@@ -156,7 +159,7 @@ class ChatPage(Page):
         self._restore_splitter()
         self._restore_sampling()
         self._add_file_actions()
-        self._run(self._scan_library, self.panel.set_library)
+        self._run(self._scan_library, self._library_arrived)
         from app.ui.chat.markdown import warm_up
 
         self._run(warm_up, lambda _: None, lambda _: None)
@@ -186,6 +189,15 @@ class ChatPage(Page):
         library = Library()
         library.scan()
         return library.models()
+
+    def _library_arrived(self, models: list) -> None:
+        """The background Library scan's list: into the picker; and a reopened
+        conversation whose relative model path was not found yet is looked at again."""
+        self.panel.set_library(models)
+        waiting, self._awaiting_library = self._awaiting_library, None
+        if waiting is not None and waiting[0] == self.conversation_id and self._model_notice \
+                and self.banner.text() == self._model_notice:
+            self._follow_conversation_model(waiting[1])
 
     def _add_file_actions(self) -> None:
         window = self.window()
@@ -379,11 +391,18 @@ class ChatPage(Page):
         none is loaded; offer it (never swap silently: a load is slow and drops the other
         model's state) when another is; explain a file that has gone."""
         from app.core.conversation_model import LOAD, MISSING, OFFER, choose_conversation_model
+        from app.core.paths import app_paths
 
         self._clear_model_notice()
         engine = self.engine
         loaded = engine.model_path if (engine.ready or engine.loading) else None
-        choice = choose_conversation_model(recorded, loaded)
+        # A relative path (older CLIs) is looked for in the models folder and among the
+        # Library's models as the picker lists them: the list the page read off the GUI
+        # thread at start, so only a stat or two happen here.
+        choice = choose_conversation_model(recorded, loaded, app_paths().models,
+                                           self.panel.models.paths())
+        if choice.relocated:
+            self._record_conversation_model(choice.path)
         if choice.action == LOAD:
             self.panel.show_model(choice.path)
             self.load_model(choice.path)
@@ -392,6 +411,16 @@ class ChatPage(Page):
                                     lambda: self._load_offered(choice))
         elif choice.action == MISSING:
             self._show_model_notice(choice.message, "warning")
+            if not choice.path.is_absolute() and not self.panel.models.library_known:
+                self._awaiting_library = (self.conversation_id, recorded)
+
+    def _record_conversation_model(self, path: Path) -> None:
+        """Store the file a relative recorded model path was found to be, so reopening
+        the conversation finds it directly next time."""
+        try:
+            self.store.set_model(self.conversation_id, str(path))
+        except QuantDeskError as exc:
+            log.warning("conversation model not recorded: %s", exc.user_message)
 
     def _load_offered(self, choice) -> None:
         """The offer's button: load the conversation's model (not while a reply streams:
@@ -414,6 +443,7 @@ class ChatPage(Page):
         if self._model_notice and self.banner.text() == self._model_notice:
             self.banner.clear()
         self._model_notice = ""
+        self._awaiting_library = None
 
     def _reload_branch(self, limit_all: bool = False) -> None:
         if self.store is not None and self.stored:

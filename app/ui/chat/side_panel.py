@@ -26,6 +26,7 @@ class ModelListModel(QAbstractListModel):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._rows: list[tuple[str, str, str]] = []  # path, label, tooltip
+        self.library_known = False  # the Library's list has arrived (it is read off the GUI thread)
 
     def set_library(self, models: list) -> None:
         """Rows from :class:`~models.library.LibraryModel` entries (GGUF only)."""
@@ -40,7 +41,12 @@ class ModelListModel(QAbstractListModel):
         extra = [r for r in self._rows if r[0] not in {p for p, _, _ in rows}]
         self.beginResetModel()
         self._rows = rows + extra
+        self.library_known = True
         self.endResetModel()
+
+    def paths(self) -> list[str]:
+        """Every model file listed (the Library's and those opened directly)."""
+        return [path for path, _, _ in self._rows]
 
     def add_path(self, path: Path) -> int:
         """Make sure ``path`` is a row; return its row."""

@@ -184,3 +184,57 @@ def test_a_header_read_for_a_model_no_longer_chosen_is_not_shown(qtbot, tmp_path
     assert form.gpu_layers_value.text() == "—" and "first.gguf" not in form.verdict.text()
     page._machine_read(tmp_path / "second.gguf", (first, 8 << 30, 8 << 30))
     assert form.gpu_layers.isEnabled() and form.gpu_layers.maximum() == 2
+
+
+def test_a_relative_model_path_is_found_in_the_library_once_its_list_arrives(qtbot, tmp_path,
+                                                                              monkeypatch):
+    """An older CLI recorded "tiny.Q4_K.gguf" as typed. The GUI does not look in its own
+    working directory but in the models folder and the Library, whose list is read off
+    the GUI thread: opened before that list arrives, the conversation says the file was
+    not found, and offers the model once the list shows it; the full path is recorded."""
+    import threading
+    from pathlib import Path
+
+    from app.ui.chat.page import ChatPage
+    from models.library import Library
+    from tests.models.library_gguf import write_gguf
+
+    model = write_gguf(tmp_path / "elsewhere" / "tiny.Q4_K.gguf").resolve()
+    Library().import_path(model)  # a Library row outside the models folder
+    monkeypatch.chdir(tmp_path / "elsewhere")  # where a cwd-relative lookup would find it
+    conversation_id = saved_conversation("tiny.Q4_K.gguf")
+    release = threading.Event()
+    scan = ChatPage._scan_library
+    monkeypatch.setattr(ChatPage, "_scan_library", staticmethod(lambda: release.wait(30) and scan()))
+    window, page = open_chat_window(qtbot)
+    page.engine.model_path, page.engine.report = tmp_path / "other.gguf", object()  # as if loaded
+
+    page.open_conversation(conversation_id)
+    assert page.banner.level() == "warning" and "saved as tiny.Q4_K.gguf" in page.banner.text()
+    assert ConversationStore().model_of(conversation_id) == "tiny.Q4_K.gguf"
+    release.set()  # the Library's list arrives
+    qtbot.waitUntil(lambda: page.banner.level() == "info", timeout=10_000)
+    assert page.banner.action_button.text() == "Load tiny.Q4_K" and "tiny.Q4_K.gguf" in page.banner.text()
+    assert ConversationStore().model_of(conversation_id) == str(model)
+    assert not page.engine.loading and page.engine.model_path == tmp_path / "other.gguf"  # offered only
+    page.open_conversation(saved_conversation(None))
+    page.open_conversation(conversation_id)  # found directly now
+    assert page.banner.action_button.text() == "Load tiny.Q4_K"
+    assert Path(ConversationStore().model_of(conversation_id)).is_absolute()
+
+
+@pytest.mark.smollm2
+def test_a_relative_model_path_in_the_models_folder_is_loaded(qtbot, smollm2_gguf, shared_engine):
+    from app.core.paths import app_paths
+
+    folder = app_paths().ensure().models
+    copy = second_model_file(smollm2_gguf, folder)
+    conversation_id = saved_conversation(copy.name)  # as an older CLI recorded it
+    window, page = open_chat_window(qtbot, client=shared_engine)
+    page.open_conversation(conversation_id)
+    assert page.engine.loading and page.engine.model_path == copy.resolve()
+    assert page.panel.current_model() == copy.resolve() and not page.banner.isVisible()
+    assert ConversationStore().model_of(conversation_id) == str(copy.resolve())
+    qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
+    assert page.engine.report.path == copy.resolve()
+    page.shutdown()
