@@ -790,10 +790,7 @@ class ChatPage(Page):
 def _machine_facts(path: Path):
     """The model's header and this machine's free RAM/VRAM (disk and device queries,
     so run off the GUI thread)."""
-    from models import hardware
+    from app.ui.widgets.load_settings_form import machine_memory
     from models.gguf_header import read_gguf_header
 
-    header = read_gguf_header(path)
-    gpus = [d for d in hardware.devices() if d.kind in ("GPU", "integrated GPU")]
-    vram = max((d.memory_free for d in gpus), default=None) if gpus else None
-    return header, hardware.memory_info().available, vram
+    return (read_gguf_header(path), *machine_memory())

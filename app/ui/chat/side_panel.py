@@ -1,6 +1,7 @@
 """The chat's side panel: the model picker and load status, then folding sections (superqt's
 ``QCollapsible``) for load settings, sampling, system prompt and JSON mode
-(:mod:`app.ui.chat.settings_forms`). Loading, replying and storing are the page's business.
+(:mod:`app.ui.widgets.load_settings_form`, :mod:`app.ui.chat.settings_forms`). Loading,
+replying and storing are the page's business.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer
 from shiboken6 import isValid
 from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
+from app.ui.widgets.sizes import human_size
+
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
-
-
-def human_size(n: int) -> str:
-    """Bytes as MiB or GiB."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 class ModelListModel(QAbstractListModel):
@@ -113,7 +111,8 @@ class SidePanel(QScrollArea):
             return
         from superqt import QCollapsible
 
-        from app.ui.chat.settings_forms import JsonModeForm, LoadSettingsForm, SamplingForm
+        from app.ui.chat.settings_forms import JsonModeForm, SamplingForm
+        from app.ui.widgets.load_settings_form import LoadSettingsForm
 
         layout = self._layout
         self.load_form = LoadSettingsForm()

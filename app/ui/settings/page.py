@@ -9,14 +9,15 @@ is applied to ``HF_ENDPOINT`` at once, which :mod:`models.hub.auth` reads at eac
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Optional
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
-    QPushButton, QSpinBox, QWidget,
+    QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+    QWidget,
 )
 
 from app.core.errors import QuantDeskError
@@ -25,6 +26,8 @@ from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.page_frame import field_with_button, page_layout
 from app.ui.worker import JobWorker, start_job
+
+log = logging.getLogger(__name__)
 
 THEMES = ("system", "light", "dark")
 
@@ -274,67 +277,47 @@ class SettingsPage(Page):
 
     # ----------------------------------------------------------------- load settings
     def _load_box(self) -> QGroupBox:
-        from models.engine.settings import LoadSettings
+        """The defaults for new models: the Chat panel's load settings form, in its
+        defaults mode (no model: no fit verdict, GPU layers as all / none / a number)."""
+        from app.ui.widgets.load_settings_form import LoadSettingsForm, machine_memory
 
         box = QGroupBox("Defaults for new models")
-        form = QFormLayout(box)
-        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
-        saved = LoadSettings.from_dict(self.prefs.get("default_load_settings", {}) or {} if self.prefs else {})
-        self.context_spin = self._spin("Context length", 0, 1 << 20, saved.context_length, 512,
-                                       "0 uses the model's own")
-        self.gpu_spin = self._spin("GPU layers", -1, 999, saved.gpu_layers, 1, "-1 puts all on the GPU")
-        self.threads_spin = self._spin("Threads", 0, 512, saved.threads or 0, 1, "0 picks half the cores")
-        self.batch_spin = self._spin("Batch size", 1, 1 << 16, saved.batch_size, 64, "")
-        self.kv_combo = QComboBox()
-        self.kv_combo.setAccessibleName("KV cache type")
-        self.kv_combo.addItems(["f16", "q8_0", "q4_0"])
-        self.kv_combo.setCurrentText(saved.kv_cache_type_k)
-        self.flash_check = QCheckBox("Flash attention (needed for a quantized KV cache)")
-        self.flash_check.setAccessibleName("Flash attention")
-        self.flash_check.setChecked(saved.flash_attention)
-        form.addRow("Context length:", self.context_spin)
-        form.addRow("GPU layers:", self.gpu_spin)
-        form.addRow("Threads:", self.threads_spin)
-        form.addRow("Batch size:", self.batch_spin)
-        form.addRow("KV cache type:", self.kv_combo)
-        form.addRow("", self.flash_check)
-        save = QPushButton("Save defaults")
-        save.setAccessibleName("Save the default load settings")
-        save.clicked.connect(self.save_load_settings)
-        form.addRow("", save)
+        row = QHBoxLayout(box)
+        self.load_form = LoadSettingsForm(defaults=True)
+        self.load_form.setMaximumWidth(520)  # sliders a hand can use, not the page's width
+        self.load_form.set_settings(self._saved_load_settings())
+        self.load_form.apply_button.clicked.connect(self.save_load_settings)
+        # Whether this machine has a GPU (device queries, off the GUI thread): without
+        # one, a number of GPU layers would be refused at every load.
+        self._run(lambda report, cancel: machine_memory(),
+                  lambda memory: self.load_form.set_machine(None, *memory),
+                  lambda text: log.warning("GPU not queried for the load defaults: %s", text))
+        row.addWidget(self.load_form, 1)
+        row.addStretch(0)
         return box
 
-    @staticmethod
-    def _spin(name: str, low: int, high: int, value: int, step: int, tip: str) -> QSpinBox:
-        spin = QSpinBox()
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
-        spin.setValue(value)
-        spin.setAccessibleName(name)
-        spin.setToolTip(tip)
-        spin.setMinimumWidth(120)
-        return spin
-
-    def load_settings_values(self) -> dict:
-        """The form as a ``LoadSettings`` dict (what the Chat page and fit badges read)."""
-        from dataclasses import replace
-
+    def _saved_load_settings(self):
+        from app.core.model_settings import DEFAULT_LOAD_KEY
         from models.engine.settings import LoadSettings
 
-        base = LoadSettings.from_dict(self.prefs.get("default_load_settings", {}) or {} if self.prefs else {})
-        kv = self.kv_combo.currentText()
-        settings = replace(base, context_length=self.context_spin.value(), gpu_layers=self.gpu_spin.value(),
-                           threads=self.threads_spin.value() or None, batch_size=self.batch_spin.value(),
-                           micro_batch_size=min(base.micro_batch_size, self.batch_spin.value()),
-                           kv_cache_type_k=kv, kv_cache_type_v=kv,
-                           flash_attention=self.flash_check.isChecked() or kv != "f16")
-        return settings.to_dict()
+        return LoadSettings.from_dict((self.prefs.get(DEFAULT_LOAD_KEY, {}) or {}) if self.prefs else {})
+
+    def load_settings_values(self) -> dict:
+        """The form as a ``LoadSettings`` dict (what the Chat page and fit badges read);
+        fields the form does not show keep their saved values."""
+        return self.load_form.settings(self._saved_load_settings()).to_dict()
 
     def save_load_settings(self) -> None:
-        values = self.load_settings_values()
-        if self.prefs is not None:
-            self.prefs.set("default_load_settings", values)
-        self.flash_check.setChecked(values["flash_attention"])
+        from app.core.model_settings import DEFAULT_LOAD_KEY
+
+        if self.prefs is None:
+            self.banner.show_message("Preferences cannot be saved, so the defaults stay.", level="error")
+            return
+        try:
+            self.prefs.set(DEFAULT_LOAD_KEY, self.load_settings_values())
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="error")
+            return
         self.banner.show_message("Saved: new models load with these settings.", level="info")
 
     # ----------------------------------------------------------------- sessions

@@ -126,9 +126,10 @@ def test_settings_endpoint_theme_defaults_folders_and_sessions(qtbot, window, mo
     page.theme_combo.setCurrentText("dark")
     assert Preferences().get("theme") == "dark"
     page.theme_combo.setCurrentText("light")
-    page.context_spin.setValue(8192)
-    page.kv_combo.setCurrentText("q8_0")
-    page.save_load_settings()
+    page.load_form.context.setValue(8192 // 256)
+    page.load_form.kv_k.setCurrentText("q8_0")
+    page.load_form.kv_v.setCurrentText("q8_0")  # ticks flash attention, which it needs
+    page.load_form.apply_button.click()
     saved = Preferences().get("default_load_settings")
     assert saved["context_length"] == 8192 and saved["kv_cache_type_k"] == "q8_0" and saved["flash_attention"]
     assert set(page.folder_labels) == set(app_paths().all())
