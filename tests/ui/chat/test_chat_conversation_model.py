@@ -238,3 +238,19 @@ def test_a_relative_model_path_in_the_models_folder_is_loaded(qtbot, smollm2_ggu
     qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
     assert page.engine.report.path == copy.resolve()
     page.shutdown()
+
+
+def test_the_offer_keeps_a_long_model_name_whole_and_its_button_short(qtbot, tmp_path):
+    from app.ui.widgets.banner import ACTION_TEXT_WIDTH, NON_BREAKING_HYPHEN
+    from tests.models.library_gguf import write_gguf
+
+    model = write_gguf(tmp_path / "SmolLM2-360M-Instruct-Q4_K_M-imatrix-long.gguf")
+    conversation_id = saved_conversation(model)
+    window, page = open_chat_window(qtbot)
+    page.engine.model_path, page.engine.report = tmp_path / "other.gguf", object()  # as if loaded
+    page.open_conversation(conversation_id)
+    assert model.name in page.banner.text()  # the sentence as given
+    assert model.name.replace("-", NON_BREAKING_HYPHEN) in page.banner.label.text()  # as shown
+    button = page.banner.action_button
+    assert button.fontMetrics().horizontalAdvance(button.text()) <= ACTION_TEXT_WIDTH
+    assert "…" in button.text() and button.toolTip() == f"Load {model.stem}"
