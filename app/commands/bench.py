@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
         print(report.summary(), file=sys.stderr, flush=True)
         result = run_job(lambda progress, cancel: run_benchmark(
             client, info.weight_bytes_per_token, prompt_tokens=args.prompt_tokens,
-            generate_tokens=args.gen_tokens, runs=args.runs, report=progress, cancel=cancel))
+            generate_tokens=args.gen_tokens, runs=args.runs, report=progress, cancel=cancel,
+            offload=report.offload, threads=report.settings.threads))
     threads = report.settings.threads
     print(format_result(f"{info.name} ({args.model.name}), {threads} threads", result))
     return 0
