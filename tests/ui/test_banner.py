@@ -66,3 +66,23 @@ def test_a_long_action_is_elided_and_its_tooltip_names_it_whole(qtbot):
     assert calls == [1]
     banner.show_message("y", "error", "Reload model", lambda: None)
     assert banner.action_button.text() == "Reload model" and banner.action_button.toolTip() == ""
+
+
+def test_the_action_goes_under_the_sentence_when_the_banner_is_narrow(qtbot):
+    banner = MessageBanner()
+    qtbot.addWidget(banner)
+    banner.show_message(SENTENCE, "info", f"Load {NAME[:-5]}", lambda: None)
+    banner.resize(900, 80)
+    qtbot.waitUntil(banner.action_beside_text)
+    button, label = banner.action_button, banner.label
+    qtbot.waitUntil(lambda: button.geometry().left() > label.geometry().right())  # one row
+    # Before: the whole name and the button side by side made the banner (and the Chat page's
+    # middle) at least 494 px wide, so a 900 px window cut off the side panel.
+    least = banner.minimumSizeHint().width()
+    beside = label.minimumSizeHint().width() + button.sizeHint().width()
+    assert banner.minimumWidth() < beside
+    banner.resize(banner.minimumWidth(), 120)
+    qtbot.waitUntil(lambda: not banner.action_beside_text())
+    qtbot.waitUntil(lambda: button.geometry().top() >= label.geometry().bottom())  # under it
+    assert button.geometry().right() <= banner.width() and label.geometry().right() <= banner.width()
+    assert least >= label.minimumSizeHint().width()  # a whole file name still fits one line

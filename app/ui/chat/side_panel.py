@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QSize, Qt, QTimer
 from shiboken6 import isValid
 from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
@@ -80,6 +80,9 @@ class SidePanel(QScrollArea):
         super().__init__(parent)
         self.setObjectName("chatSidePanel")
         self.setWidgetResizable(True)
+        # Never scrolled sideways: the panel is as wide as its forms need (minimumSizeHint),
+        # so a narrow window narrows the transcript instead of cutting the forms off.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         body = QWidget()
         layout = QVBoxLayout(body)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -104,6 +107,16 @@ class SidePanel(QScrollArea):
         self._layout = layout
         self.sections = {}
         self.setWidget(body)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt
+        """As wide as the forms' least width and the vertical scroll bar (see __init__)."""
+        hint = super().minimumSizeHint()
+        body = self.widget()
+        if body is None:
+            return hint
+        width = body.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() \
+            + 2 * self.frameWidth()
+        return QSize(max(hint.width(), width), hint.height())
 
     def build_sections(self) -> None:
         """Build the settings sections (once; after the window is on screen)."""

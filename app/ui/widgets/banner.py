@@ -13,7 +13,9 @@ ignores ``white-space: nowrap`` and ``<nobr>`` for hyphen breaks), while
 menu) give the real characters: a name pasted into a terminal or file dialog must work.
 The action button's text is elided in the middle past :data:`ACTION_TEXT_WIDTH` pixels
 (the end of a model name, its quant type, tells models apart); its tooltip and
-accessible name keep it whole.
+accessible name keep it whole. The button sits beside the sentence while the sentence
+keeps :data:`READABLE_TEXT_WIDTH` pixels, and under it in a narrower page, so a whole
+file name and the button never make the banner (and the page) wider than the window.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Callable, Optional
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
 
 LEVELS = ("error", "warning", "info")
 NON_BREAKING_HYPHEN = "\u2011"
 ACTION_TEXT_WIDTH = 200  # pixels of the action button's text before it is elided
+READABLE_TEXT_WIDTH = 320  # the sentence's least width with the action button beside it
 
 # A file name: a run without spaces or path separators that ends in an extension
 # (".gguf", ".Q4_K_M.gguf"), before any closing punctuation of the sentence.
@@ -54,8 +57,11 @@ class MessageBanner(QFrame):
         self.setObjectName("messageBanner")
         self.setProperty("level", "info")
         self.setAccessibleName("Message banner")
-        layout = QHBoxLayout(self)
+        layout = QGridLayout(self)
         layout.setContentsMargins(12, 8, 8, 8)
+        layout.setColumnStretch(0, 1)
+        self._layout = layout
+        self._action_beside: Optional[bool] = None
         self.label = QLabel()
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
@@ -73,9 +79,9 @@ class MessageBanner(QFrame):
         self.close_button.setAccessibleName("Dismiss message")
         self.close_button.setAutoRaise(True)
         self.close_button.clicked.connect(self._dismiss)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.action_button)
-        layout.addWidget(self.close_button)
+        layout.addWidget(self.label, 0, 0)
+        layout.addWidget(self.close_button, 0, 2, Qt.AlignmentFlag.AlignTop)
+        self._arrange()
         self._on_action: Optional[Callable[[], None]] = None
         self.action_button.clicked.connect(self._run_action)
         self.hide()
@@ -98,7 +104,36 @@ class MessageBanner(QFrame):
             self.action_button.setText(shown)
             self.action_button.setToolTip(action_text if shown != action_text else "")
             self.action_button.setAccessibleName(action_text)
+        self._arrange()
         self.show()
+
+    def action_beside_text(self) -> bool:
+        """Whether the action button is beside the sentence (else under it)."""
+        return bool(self._action_beside)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt
+        self._arrange()
+        super().resizeEvent(event)
+
+    def _arrange(self) -> None:
+        """Put the action button beside the sentence or under it, by the width there is,
+        and hold the banner's least width to the narrower arrangement (the sentence's
+        longest word, or the button, beside the close button)."""
+        margins = self._layout.contentsMargins()
+        spacing = max(self._layout.horizontalSpacing(), 0)
+        frame = margins.left() + margins.right() + spacing + self.close_button.sizeHint().width()
+        button = self.action_button.sizeHint().width() if self.action_button.isVisibleTo(self) else 0
+        self.setMinimumWidth(frame + max(self.label.minimumSizeHint().width(), button))
+        beside = self.width() >= frame + max(READABLE_TEXT_WIDTH, self.label.minimumSizeHint().width()) \
+            + spacing + button
+        if beside == self._action_beside:
+            return
+        self._action_beside = beside
+        self._layout.removeWidget(self.action_button)
+        if beside:
+            self._layout.addWidget(self.action_button, 0, 1, Qt.AlignmentFlag.AlignVCenter)
+        else:
+            self._layout.addWidget(self.action_button, 1, 0, Qt.AlignmentFlag.AlignLeft)
 
     def text(self) -> str:
         """The sentence on show, as given ("" when hidden)."""

@@ -265,3 +265,16 @@ def test_splitter_sizes_are_restored_in_a_new_window(qtbot):
     window2, page2 = open_chat_window(qtbot)
     window2.resize(1200, 700)
     assert page2.splitter.sizes()[0] == sizes[0]
+
+
+def test_a_narrow_window_narrows_the_transcript_not_the_side_panel(qtbot):
+    window, page = open_chat_window(qtbot)
+    page.panel.build_sections()
+    page.banner.show_message("This conversation was written with SmolLM2-360M-Instruct-Q4_K_M.gguf.",
+                             "info", "Load SmolLM2-360M-Instruct-Q4_K_M", lambda: None)
+    window.resize(900, 700)
+    body = page.panel.widget()
+    # Before: the side panel got 126 px of its forms' 253 and scrolled sideways.
+    qtbot.waitUntil(lambda: page.panel.viewport().width() >= body.minimumSizeHint().width())
+    assert not page.panel.horizontalScrollBar().isVisible()
+    assert page.splitter.sizes()[1] >= page.banner.minimumWidth()
