@@ -30,6 +30,13 @@ def test_first_ctrl_c_cancels_the_job_through_its_token():
         assert cancel.wait(5.0)
         cancel.raise_if_cancelled()
 
-    with pytest.raises(Cancelled):
-        run_job(job)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, as in a terminal: a test run started in the background by a
+    # shell without job control inherits SIGINT ignored, and the job must give back
+    # whatever handler it found.
+    launched_with = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(Cancelled):
+            run_job(job)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, launched_with)
