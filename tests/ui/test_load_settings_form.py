@@ -111,7 +111,7 @@ def test_the_settings_page_edits_the_defaults_with_the_same_form(qtbot):
     from app.core.model_settings import DEFAULT_LOAD_KEY
     from app.core.preferences import Preferences
     from app.ui.main_window import MainWindow
-    from app.ui.widgets.load_settings_form import machine_memory
+    from models.memory_fit import free_memory
 
     Preferences().set(DEFAULT_LOAD_KEY, {"context_length": 32768, "threads": 1, "use_mlock": True})
     window = MainWindow()
@@ -120,7 +120,7 @@ def test_the_settings_page_edits_the_defaults_with_the_same_form(qtbot):
     form = page.load_form
     assert isinstance(form, LoadSettingsForm) and form.defaults
     assert form.context_label.text() == "Context (32,768)" and form.threads_value.text() == "1"
-    gpu = machine_memory()[1]
+    gpu = free_memory()[1]
     qtbot.waitUntil(lambda: form.gpu_layers_value.text() == ("all" if gpu else "CPU only"), timeout=10_000)
     form.context.setValue(0)
     form.apply_button.click()

@@ -206,7 +206,7 @@ class ModelControl:
 def _machine_facts(path: Path):
     """The model's header and this machine's free RAM/VRAM (disk and device queries,
     so run off the GUI thread)."""
-    from app.ui.widgets.load_settings_form import machine_memory
+    from models.memory_fit import free_memory
     from models.gguf_header import read_gguf_header
 
-    return (read_gguf_header(path), *machine_memory())
+    return (read_gguf_header(path), *free_memory())

@@ -279,7 +279,8 @@ class SettingsPage(Page):
     def _load_box(self) -> QGroupBox:
         """The defaults for new models: the Chat panel's load settings form, in its
         defaults mode (no model: no fit verdict, GPU layers as all / none / a number)."""
-        from app.ui.widgets.load_settings_form import LoadSettingsForm, machine_memory
+        from app.ui.widgets.load_settings_form import LoadSettingsForm
+        from models.memory_fit import free_memory
 
         box = QGroupBox("Defaults for new models")
         row = QHBoxLayout(box)
@@ -289,7 +290,7 @@ class SettingsPage(Page):
         self.load_form.apply_button.clicked.connect(self.save_load_settings)
         # Whether this machine has a GPU (device queries, off the GUI thread): without
         # one, a number of GPU layers would be refused at every load.
-        self._run(lambda report, cancel: machine_memory(),
+        self._run(lambda report, cancel: free_memory(),
                   lambda memory: self.load_form.set_machine(None, *memory),
                   lambda text: log.warning("GPU not queried for the load defaults: %s", text))
         row.addWidget(self.load_form, 1)

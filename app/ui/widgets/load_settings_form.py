@@ -34,16 +34,6 @@ DEFAULTS_MAX_CONTEXT = 131072
 DEFAULTS_MAX_LAYERS = 128
 
 
-def machine_memory() -> tuple[int, Optional[int]]:
-    """This machine's free RAM, and the most free memory of one GPU llama.cpp can use
-    (``None``: no GPU). Device queries: run off the GUI thread."""
-    from models import hardware
-
-    gpus = [d for d in hardware.devices() if d.kind in ("GPU", "integrated GPU")]
-    vram = max((d.memory_free for d in gpus), default=None) if gpus else None
-    return hardware.memory_info().available, vram
-
-
 def _cpu_count() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -149,7 +139,7 @@ class LoadSettingsForm(QWidget):
 
     def set_machine(self, header, ram_available: int, vram_available: Optional[int]) -> None:
         """The chosen model's GGUF header (``None`` in defaults mode) and this machine's
-        free memory (:func:`machine_memory`)."""
+        free memory (:func:`models.memory_fit.free_memory`)."""
         self._header, self._ram, self._vram = header, ram_available, vram_available
         self._machine_known = True
         self._layers = int(header.arch_value("block_count", 0)) if header is not None else 0
