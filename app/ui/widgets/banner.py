@@ -123,9 +123,9 @@ class MessageBanner(QFrame):
         spacing = max(self._layout.horizontalSpacing(), 0)
         frame = margins.left() + margins.right() + spacing + self.close_button.sizeHint().width()
         button = self.action_button.sizeHint().width() if self.action_button.isVisibleTo(self) else 0
-        self.setMinimumWidth(frame + max(self.label.minimumSizeHint().width(), button))
-        beside = self.width() >= frame + max(READABLE_TEXT_WIDTH, self.label.minimumSizeHint().width()) \
-            + spacing + button
+        longest_word = self.label.minimumSizeHint().width()
+        self.setMinimumWidth(frame + max(longest_word, button))
+        beside = self.width() >= frame + max(READABLE_TEXT_WIDTH, longest_word) + spacing + button
         if beside == self._action_beside:
             return
         self._action_beside = beside
