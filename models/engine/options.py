@@ -57,6 +57,11 @@ class ChatOptions:
             schema is refused before generating, with the list of those features.
         fast_forward: Append the text the grammar forces (keys, punctuation, the rest of
             an enum value) without sampling it.
+        presence_penalty: Subtract this from the score of every token already in the
+            reply (OpenAI's meaning); -2 … 2, 0 is off.
+        frequency_penalty: Subtract this times a token's count in the reply; -2 … 2.
+        logprobs: ``None`` for none; k from 0 to 20 to report each picked token's
+            log-probability and the k likeliest alternatives (plain text replies).
     """
 
     temperature: float = 0.7
@@ -77,6 +82,9 @@ class ChatOptions:
     grammar: str = ""
     allow_unsupported: bool = False
     fast_forward: bool = True
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: Optional[int] = None
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""
@@ -169,6 +177,11 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
     _number("repeat penalty", options.repeat_penalty, 0.0, 10.0, low_open=True,
             hint="Use 1 (off) to 1.3.")
     _integer("repeat window", options.repeat_last_n, 0, 1 << 20, "Use 64.")
+    _number("presence penalty", options.presence_penalty, -2.0, 2.0, hint="Use 0 (off).")
+    _number("frequency penalty", options.frequency_penalty, -2.0, 2.0, hint="Use 0 (off).")
+    if options.logprobs is not None:
+        _integer("top logprobs", options.logprobs, 0, 20,
+                 "Use a number of alternatives from 0 to 20.")
     if options.seed is not None:
         _integer("seed", options.seed, 0, 2**32 - 2, "Use a number from 0 to 4294967294, "
                  "or no seed for a new one each time.")

@@ -40,6 +40,7 @@ KV_CACHE_HELP = (
 
 ALL_LAYERS = -1
 MIN_CONTEXT = 64
+MAX_PARALLEL = 64
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class LoadSettings:
         draft_model: A small GGUF with the same tokenizer, loaded beside the model for
             speculative decoding (``ChatOptions.speculative="draft_model"``); ``None``
             for none. It shares the context length, threads and batch sizes.
+        parallel: Slots: how many replies the engine generates at once, as one batch
+            (continuous batching, for the API server). Each slot has the whole
+            ``context_length``: the engine allocates ``context_length * parallel``
+            cells of KV cache rather than dividing one context between slots.
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -81,6 +86,7 @@ class LoadSettings:
     use_mlock: bool = False
     use_extra_bufts: bool = True
     draft_model: Optional[str] = None
+    parallel: int = 1
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""
@@ -158,6 +164,8 @@ def validate_settings(
             "llama.cpp splits each batch into micro-batches, so it cannot be.",
             "Make the micro-batch size at most the batch size.",
         )
+    _require_int("parallel slots", settings.parallel, 1, MAX_PARALLEL,
+                 f"from 1 to {MAX_PARALLEL} replies generated at once")
     for which, kv_type in (("K", settings.kv_cache_type_k), ("V", settings.kv_cache_type_v)):
         if kv_type not in KV_CACHE_TYPES:
             raise QuantDeskError(f"The {which} cache type {kv_type!r} is not one QuantDesk offers.",
