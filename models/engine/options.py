@@ -127,6 +127,7 @@ class ChatStats:
     # Of completion_tokens, those of the reasoning section (its <think> tags included), as
     # models.engine.reasoning.ReasoningSplitter counts them; 0 for a reply without one.
     reasoning_tokens: int = 0
+    reasoning_seconds: float = 0.0  # from the first token to </think> (to the end, unclosed)
 
     @property
     def tokens_per_pass(self) -> float:

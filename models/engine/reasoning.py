@@ -206,6 +206,18 @@ def split_reasoning(text: str, opened: bool = False) -> tuple[str, str]:
     return splitter.reasoning, splitter.answer
 
 
+def thought_for(seconds: Optional[float]) -> str:
+    """The folded reasoning's title once it has ended: "Thought for 12 s" ("Thought for
+    a moment" under a second, "Thinking" when the time is not known)."""
+    if not seconds:
+        return "Thinking"
+    if seconds < 1:
+        return "Thought for a moment"
+    if seconds < 90:
+        return f"Thought for {seconds:.0f} s"
+    return f"Thought for {seconds / 60:.0f} min"
+
+
 def prompt_opens_reasoning(prompt: str) -> bool:
     """Whether a rendered prompt ends inside an opened ``<think>`` (DeepSeek-R1's template
     writes it; Qwen3's with thinking off writes an empty, closed one instead)."""
