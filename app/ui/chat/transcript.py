@@ -218,11 +218,20 @@ class TranscriptView(QTextBrowser):
         cursor.insertHtml(line)
 
     def _reasoning_formats(self) -> tuple[QTextBlockFormat, QTextCharFormat]:
+        """Set in from the answer, in a colour halfway between the text and the background."""
         block = QTextBlockFormat()
         block.setLeftMargin(REASONING_INDENT)
         char = QTextCharFormat()
-        char.setForeground(QColor(self._quiet()))
+        palette = self.palette()
+        text, base = palette.color(QPalette.ColorRole.Text), palette.color(QPalette.ColorRole.Base)
+        char.setForeground(QColor((text.red() + base.red()) // 2, (text.green() + base.green()) // 2,
+                                  (text.blue() + base.blue()) // 2))
         return block, char
+
+    def forget_folds(self) -> None:
+        """Fold every message's thinking again (another conversation is shown: its
+        message numbers mean other messages)."""
+        self._unfolded.clear()
 
     def _append_reasoning(self, cursor: QTextCursor, key: int, title: str,
                           text: Optional[str]) -> None:
@@ -233,6 +242,9 @@ class TranscriptView(QTextBrowser):
             block, char = self._reasoning_formats()
             cursor.insertBlock(block, char)
             cursor.insertText(text.strip("\n"), char)
+        gap = cursor.blockFormat()  # the answer starts a little below the section
+        gap.setBottomMargin(6)
+        cursor.setBlockFormat(gap)
 
     def _toggle_reasoning(self, key: int) -> None:
         """Fold or unfold a message's thinking (the reply streaming now: ``STREAMING``)."""

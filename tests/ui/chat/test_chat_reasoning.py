@@ -5,8 +5,13 @@ next prompt holds — and the per-conversation thinking switch with Qwen3's temp
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication
 
@@ -14,8 +19,10 @@ from app.core.conversations import BranchMessage, ConversationStore
 from app.ui.chat.transcript import STREAMING, TranscriptView
 from models.engine.reasoning import REASONING_FIELD, ReasoningSplitter
 from tests.ui.chat.conftest import open_chat_window, wait_reply
+from tests.conftest import REPO_ROOT
 from tests.ui.chat.recorded_reply import (ANSWER, QWEN3_TEMPLATE, R1_TEMPLATE, REPLY, THOUGHT,
                                           RecordedClient, prompt_of, use_recorded_model)
+from tests.ui.test_real_window_xvfb import xvfb_display  # noqa: F401 - fixture
 
 
 def click(view: TranscriptView, link: str) -> None:
@@ -191,3 +198,17 @@ def test_a_model_that_does_not_reason_is_unchanged(qtbot):
     stored = ConversationStore().branch(page.conversation_id)
     assert (stored[1].content, stored[1].reasoning) == (text, "")
     assert "reasoning_tokens" not in stored[1].stats or not stored[1].stats["reasoning_tokens"]
+
+
+@pytest.mark.xvfb
+def test_screenshots_of_a_reasoning_reply_light_and_dark(xvfb_display):
+    artifacts = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=xvfb_display, QT_QPA_PLATFORM="xcb", PYTHONPATH=str(REPO_ROOT))
+    run = subprocess.run([sys.executable, "-m", "tests.ui.chat.reasoning_screenshots", str(artifacts)],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for scene in ("thinking", "thinking-unfolded", "folded", "unfolded"):
+        for theme in ("light", "dark"):
+            shot = artifacts / f"chat-reasoning-{scene}-{theme}.png"
+            assert shot.stat().st_size > 20_000, shot
