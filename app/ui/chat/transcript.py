@@ -81,6 +81,7 @@ class TranscriptView(QTextBrowser):
         self._thought: Optional[str] = None  # "Thought for 12 s" once the thinking ended
         self._stream_unfolded = False  # the streaming reply's thinking is shown
         self._think_shown = False  # the streaming reply's thinking section is on screen
+        self._think_line_at = 0  # where that section's line starts
         self.document().setDocumentMargin(16)
 
     # -- building -----------------------------------------------------------------
@@ -234,9 +235,11 @@ class TranscriptView(QTextBrowser):
         self._unfolded.clear()
 
     def _append_reasoning(self, cursor: QTextCursor, key: int, title: str,
-                          text: Optional[str]) -> None:
-        """The thinking section at the end: its line, and ``text`` below it when unfolded."""
+                          text: Optional[str]) -> int:
+        """The thinking section at the end: its line, and ``text`` below it when unfolded.
+        Returns where its line starts."""
         self.writer().new_block(cursor, top_margin=4)
+        line_at = cursor.position()
         self._reasoning_line(cursor, key, title, text is not None)
         if text is not None:
             block, char = self._reasoning_formats()
@@ -245,6 +248,7 @@ class TranscriptView(QTextBrowser):
         gap = cursor.blockFormat()  # the answer starts a little below the section
         gap.setBottomMargin(6)
         cursor.setBlockFormat(gap)
+        return line_at
 
     def _toggle_reasoning(self, key: int) -> None:
         """Fold or unfold a message's thinking (the reply streaming now: ``STREAMING``)."""
@@ -299,8 +303,9 @@ class TranscriptView(QTextBrowser):
         self._header(cursor, "assistant")
         self._think_shown = bool(self._streamed_reasoning)
         if self._think_shown:
-            self._append_reasoning(cursor, STREAMING, self._thought or "Thinking…",
-                                   self._streamed_reasoning if self._stream_unfolded else None)
+            self._think_line_at = self._append_reasoning(
+                cursor, STREAMING, self._thought or "Thinking…",
+                self._streamed_reasoning if self._stream_unfolded else None)
         self._tail_start = self.writer().cursor_at_end().position()
         answer, self._streamed = self._streamed, ""
         self._scanner = StableScanner()
@@ -339,7 +344,14 @@ class TranscriptView(QTextBrowser):
         if not self.thinking:
             return
         self._thought = thought_for(seconds)
-        self._render_stream()  # bounded by the thinking shown, once per reply
+        cursor = QTextCursor(self.document())  # its line alone: the thinking below stays
+        cursor.beginEditBlock()
+        cursor.setPosition(self._think_line_at)
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self._reasoning_line(cursor, STREAMING, self._thought, self._stream_unfolded)
+        cursor.endEditBlock()
+        self._tail_start = self.writer().cursor_at_end().position()  # the answer starts here
 
     def add_text(self, delta: str) -> None:
         """Append streamed text: render what has closed, update the unfinished tail."""
