@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.ui.chat.screenshots import settle
+from tests.ui.chat.screenshots import chat_window, save_shot
 
 
 def main(out: Path) -> None:
@@ -22,26 +22,20 @@ def main(out: Path) -> None:
 
     from app.ui.application import create_application
     from app.ui.chat.transcript import STREAMING
-    from app.ui.main_window import MainWindow
     from app.ui.theme import apply_theme
     from tests.benchmarks.bench_chat_gui import wait_until as wait
     from tests.ui.chat.recorded_reply import RecordedClient, use_recorded_model
 
     out.mkdir(parents=True, exist_ok=True)
     app = create_application()
-    window = MainWindow()
-    window.resize(1280, 800)
-    window.show()
-    page = window.show_page("Chat")
-    page.ensure_started()
+    window, page = chat_window()
     client = RecordedClient(size=3)
     use_recorded_model(page, client)
     page.panel.sections["Load settings"].collapse(animate=False)
     page.panel.sections["Sampling"].expand(animate=False)  # the thinking switch is there
 
     def shot(name: str) -> None:
-        settle(app)
-        window.grab().save(str(out / f"{name}.png"))
+        save_shot(app, window, out, name)
 
     def link(target: str) -> None:
         page.transcript.anchorClicked.emit(QUrl(target))
