@@ -122,6 +122,7 @@ class TranscriptView(QTextBrowser):
         self._code.clear()
         self._contents.clear()
         self._reasoning.clear()
+        self._shown = ([], "", None)
         self._streamed = ""
 
     def set_messages(self, messages: list, notice: str = "",
@@ -131,10 +132,10 @@ class TranscriptView(QTextBrowser):
         Only the last ``limit`` messages are rendered, behind a "Show earlier messages"
         link, so a long conversation opens at once; ``None`` renders them all.
         """
-        self._shown = (list(messages), notice, limit)
         self.setUpdatesEnabled(False)
         try:
             self.clear_messages()
+            self._shown = (list(messages), notice, limit)
             cursor = self.writer().cursor_at_end()
             cursor.beginEditBlock()  # one layout pass for the whole conversation
             if limit is not None and len(messages) > limit:

@@ -184,6 +184,10 @@ def test_thinking_switch_is_sent_kept_with_the_conversation_and_absent_without_a
     page.send()
     wait_reply(qtbot, page, 20_000)
     assert client.requests[-1][0][1] == {"role": "assistant", "content": ANSWER}  # not sent back
+    # Unfolding re-renders this conversation only (the one before is not on screen).
+    click(page.transcript, f"qd:think:{page.branch[-1].seq}")
+    text = page.transcript.toPlainText()
+    assert text.count("Assistant   Copy") == 2 and text.count("Check with division") == 1
 
 
 def test_a_model_that_does_not_reason_is_unchanged(qtbot):
