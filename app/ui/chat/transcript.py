@@ -211,23 +211,26 @@ class TranscriptView(QTextBrowser):
 
     def _reasoning_line(self, cursor: QTextCursor, key: int, title: str, unfolded: bool) -> None:
         """The section's one line: the fold link, and "Copy thinking" when unfolded."""
-        quiet = self._quiet()
-        line = (f'<a href="qd:think:{key}" style="text-decoration:none">'
-                f'<span style="color:{quiet}">{"▾" if unfolded else "▸"} {html.escape(title)}</span></a>')
+        line = (f'<a href="qd:think:{key}" style="text-decoration:none"><span style="color:'
+                f'{self._thinking_colour().name()}">{"▾" if unfolded else "▸"} {html.escape(title)}</span></a>')
         if unfolded and key != STREAMING:
-            line += (f'&nbsp;&nbsp;<span style="font-size:small; color:{quiet}">·&nbsp;&nbsp;'
+            line += (f'&nbsp;&nbsp;<span style="font-size:small; color:{self._quiet()}">·&nbsp;&nbsp;'
                      f'<a href="qd:copythink:{key}">Copy thinking</a></span>')
         cursor.insertHtml(line)
 
+    def _thinking_colour(self) -> QColor:
+        """The thinking's quiet colour: halfway between the text and the background."""
+        palette = self.palette()
+        text, base = palette.color(QPalette.ColorRole.Text), palette.color(QPalette.ColorRole.Base)
+        return QColor((text.red() + base.red()) // 2, (text.green() + base.green()) // 2,
+                      (text.blue() + base.blue()) // 2)
+
     def _reasoning_formats(self) -> tuple[QTextBlockFormat, QTextCharFormat]:
-        """Set in from the answer, in a colour halfway between the text and the background."""
+        """The unfolded thinking: set in from the answer, in the thinking's colour."""
         block = QTextBlockFormat()
         block.setLeftMargin(REASONING_INDENT)
         char = QTextCharFormat()
-        palette = self.palette()
-        text, base = palette.color(QPalette.ColorRole.Text), palette.color(QPalette.ColorRole.Base)
-        char.setForeground(QColor((text.red() + base.red()) // 2, (text.green() + base.green()) // 2,
-                                  (text.blue() + base.blue()) // 2))
+        char.setForeground(self._thinking_colour())
         return block, char
 
     def forget_folds(self) -> None:
