@@ -182,3 +182,15 @@ def test_thinking_option_is_checked():
         validate_options(ChatOptions(thinking=value))
     with pytest.raises(QuantDeskError, match="thinking"):
         validate_options(ChatOptions(thinking="yes"))
+
+
+def test_a_switch_that_is_off_by_default():
+    """DeepSeek-V3.1's style: ``thinking`` must be given to think (the prompt then opens
+    <think>); without it the template closes the section at once."""
+    template = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
+                "{% if thinking is defined and thinking %}<think>{% else %}</think>{% endif %}")
+    info = thinking_template(template)
+    assert (info.switch, info.default_on, info.keeps_reasoning) == ("thinking", False, False)
+    assert reply_opens_reasoning(template, CONVERSATION, True)
+    assert not reply_opens_reasoning(template, CONVERSATION, None)
+    assert not reply_opens_reasoning(template, CONVERSATION, False)
