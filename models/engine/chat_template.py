@@ -183,17 +183,25 @@ def render_chat(
         QuantDeskError: The template is broken or refuses the conversation (e.g. a
             model that requires user and assistant turns to alternate).
     """
-    import jinja2
-
     if thinking is not None:
         from models.engine.reasoning import thinking_template
 
         extra = {**thinking_template(template).variables(thinking), **extra}
+    return render_with(template, messages, dict(extra, bos_token=bos_token, eos_token=eos_token,
+                                                add_generation_prompt=add_generation_prompt))
+
+
+def render_with(template: str, messages: Sequence[dict], variables: dict) -> str:
+    """Render ``messages`` with exactly ``variables`` (a template variable may share a
+    name with one of :func:`render_chat`'s arguments, ``thinking`` say).
+
+    Raises:
+        QuantDeskError: As :func:`render_chat`.
+    """
+    import jinja2
+
     try:
-        compiled = _compile(template)
-        return compiled.render(messages=list(messages), bos_token=bos_token,
-                               eos_token=eos_token,
-                               add_generation_prompt=add_generation_prompt, **extra)
+        return _compile(template).render(messages=list(messages), **variables)
     except jinja2.TemplateError as exc:
         raise _template_error(exc) from exc
 

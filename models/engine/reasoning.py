@@ -260,7 +260,7 @@ def thinking_template(template: Optional[str]) -> ThinkingTemplate:
     """Read a chat template's thinking switch, its default and whether it keeps past
     reasoning. A template that cannot be read has none of them."""
     from app.core.errors import QuantDeskError
-    from models.engine.chat_template import render_chat, template_variables
+    from models.engine.chat_template import render_with, template_variables
 
     if not template:
         return NO_THINKING
@@ -272,9 +272,10 @@ def thinking_template(template: Optional[str]) -> ThinkingTemplate:
     default_on = True
     if switch is not None:
         probe = [{"role": "user", "content": "Hi"}]
+        plain = {"add_generation_prompt": True, "bos_token": "", "eos_token": ""}
         try:
-            default_on = render_chat(template, probe) == render_chat(template, probe,
-                                                                      **{switch: True})
+            default_on = render_with(template, probe, plain) == render_with(
+                template, probe, {**plain, switch: True})
         except QuantDeskError:
             switch = None
     return ThinkingTemplate(switch, default_on, REASONING_FIELD in template)
