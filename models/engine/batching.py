@@ -48,6 +48,7 @@ from app.core.errors import QuantDeskError
 from models.engine.cancel_flag import lane_cancelled, take_abort
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
+from models.engine.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 
@@ -72,7 +73,7 @@ class Reply:
     """One request being answered in a slot."""
 
     def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
-                 model: Any, stats: ChatStats, started: float) -> None:
+                 model: Any, stats: ChatStats, started: float, opens_reasoning: bool) -> None:
         self.id = request["id"]
         self.lane = request["lane"]
         self.conversation_id = request.get("conversation_id")
@@ -94,6 +95,8 @@ class Reply:
         self.out_logprobs: list[dict] = []
         self.last_flush = 0.0
         self.flushed_once = False
+        # Counts the thinking tokens of a reasoning model; dropped once the answer starts.
+        self.reasoning: Optional[ReasoningSplitter] = ReasoningSplitter(opened=opens_reasoning)
 
     @property
     def reading_prompt(self) -> bool:
@@ -187,6 +190,9 @@ class BatchScheduler:
             decoded = stats.completion_tokens - 1
             stats.decode_tokens_per_second = decoded / stats.decode_seconds \
                 if decoded > 0 and stats.decode_seconds > 0 else 0.0
+        if reply.reasoning is not None and reply.reasoning.had_reasoning:
+            reply.reasoning.finish()  # cut off while thinking: all of it was reasoning
+            stats.reasoning_seconds = reply.reasoning.seconds or 0.0
         reply.sampler.close()
         slot = reply.slot
         slot.reply, slot.last_used = None, time.monotonic()
@@ -240,10 +246,12 @@ class BatchScheduler:
             except QuantDeskError as exc:
                 self._error(request["id"], exc)
 
-    def _tokens_of(self, request: dict) -> list[int]:
+    def _tokens_of(self, request: dict, options: ChatOptions) -> tuple[list[int], str]:
+        """The prompt's tokens and text (rendered from the messages, or raw)."""
         model = self.model
         prompt = request.get("prompt")
-        text = prompt if prompt is not None else model.render(request["messages"])
+        text = prompt if prompt is not None else model.render(request["messages"],
+                                                               options.thinking)
         tokens = model.tokenize_prompt(text)
         if not tokens:
             raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
@@ -252,12 +260,12 @@ class BatchScheduler:
                 f"The conversation is {len(tokens)} tokens long, more than the "
                 f"{model.n_ctx}-token context the model was loaded with.",
                 "Start a new conversation, or load the model with a larger context length.")
-        return tokens
+        return tokens, text
 
     def _start(self, request: dict, options: ChatOptions, free: list[Slot]) -> None:
         started = time.perf_counter()
         stats = ChatStats()
-        tokens = self._tokens_of(request)
+        tokens, text = self._tokens_of(request, options)
         stats.prompt_tokens = len(tokens)
         slot = self._place(tokens, request, free, stats)
         reused = min(common_prefix(slot.tokens, tokens), len(tokens) - 1)
@@ -266,7 +274,8 @@ class BatchScheduler:
             del slot.tokens[reused:]
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
-        reply = Reply(request, options, tokens, slot, self.model, stats, started)
+        reply = Reply(request, options, tokens, slot, self.model, stats, started,
+                      prompt_opens_reasoning(text))
         slot.reply = reply
 
     def _place(self, tokens: list[int], request: dict, free: list[Slot],
@@ -447,7 +456,10 @@ class BatchScheduler:
         stats.decode_passes += 1
         if options.logprobs is not None:
             reply.out_logprobs.append(self._logprobs(reply, row, token, options.logprobs))
-        text = reply.stops.push(reply.decoder.feed(token))
+        piece = reply.decoder.feed(token)
+        if reply.reasoning is not None:
+            self._count_reasoning(reply, piece)
+        text = reply.stops.push(piece)
         if text:
             reply.out_text.append(text)
         if reply.stops.stopped:
@@ -461,6 +473,15 @@ class BatchScheduler:
             return
         reply.pending = token
         self._flush(reply)
+
+    @staticmethod
+    def _count_reasoning(reply: Reply, piece: str) -> None:
+        splitter = reply.reasoning
+        splitter.feed(piece)
+        reply.stats.reasoning_tokens = splitter.reasoning_pieces
+        if splitter.in_answer:  # the rest is answer: stop looking
+            reply.stats.reasoning_seconds = splitter.seconds or 0.0
+            reply.reasoning = None
 
     def _logprobs(self, reply: Reply, row: int, token: int, top: int) -> dict:
         """The picked token's log-probability and the ``top`` likeliest alternatives."""

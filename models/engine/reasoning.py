@@ -94,6 +94,11 @@ class ReasoningSplitter:
         return self._state == _REASONING
 
     @property
+    def in_answer(self) -> bool:
+        """Whether the reply is past its reasoning (or had none): later deltas are answer."""
+        return self._state == _ANSWER
+
+    @property
     def had_reasoning(self) -> bool:
         """Whether the reply has (or had) a reasoning section."""
         return self._state == _REASONING or self.ended_at is not None
