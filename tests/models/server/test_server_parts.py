@@ -164,3 +164,32 @@ def test_serve_refuses_a_network_address_without_a_key(capsys):
 
     assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 1
     assert "needs an API key" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_serve_runs_in_the_foreground_until_ctrl_c():
+    import signal
+    import subprocess
+
+    from tests.conftest import REPO_ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    # SIGINT restored: a shell without job control starts background jobs with it ignored.
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, cwd=REPO_ROOT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        first = process.stdout.readline()
+        assert "Serving the OpenAI API on http://127.0.0.1:" in first, first
+        import httpx
+
+        address = first.split(" on ")[1].split("/v1")[0]
+        assert httpx.get(f"{address}/health").json() == {"status": "ok"}
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=60)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0 and "Stopping" in rest
+    assert "GET /health | 200" in rest  # the request's log line
