@@ -185,6 +185,34 @@ def test_a_client_that_disconnects_frees_its_slot(client, server):
     assert after.usage.completion_tokens == 2
 
 
+def test_a_client_that_gives_up_on_a_whole_reply_stops_it(server):
+    started = len(server.entries)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.address}/v1/chat/completions", timeout=httpx.Timeout(30, read=2),
+                   json=dict(GREEDY, max_tokens=1000, ignore_eos=True))
+    entry = _wait_for_log(server, started + 1)
+    assert entry.status == 499 and entry.completion_tokens < 1000
+
+
+def test_stopping_the_server_ends_a_stream_with_an_error(pool, library):
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+
+    second = ServerController(ServerConfig(port=0), engines=pool, library=library)
+    second.start()
+    try:
+        stream = openai.OpenAI(base_url=f"{second.address}/v1", api_key="none").chat \
+            .completions.create(model=MODEL_ID, messages=ASK, stream=True, max_tokens=1000,
+                                extra_body={"ignore_eos": True})
+        with pytest.raises(openai.APIError, match="stopping"):
+            for index, _chunk in enumerate(stream):
+                if index == 2:
+                    threading.Thread(target=second.stop).start()
+    finally:
+        second.stop()
+    assert not second.running
+
+
 def test_an_engine_killed_mid_stream_is_an_error_and_the_next_request_is_answered(client,
                                                                                   server):
     engine = _engine(server).client
