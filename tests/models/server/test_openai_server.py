@@ -272,6 +272,13 @@ def test_malformed_bodies_are_400_with_a_sentence(server, body, says):
     assert httpx.get(f"{server.address}/health").json() == {"status": "ok"}
 
 
+def test_an_unknown_endpoint_or_method_is_an_openai_error(server):
+    missing = httpx.post(f"{server.address}/v1/embeddings", json={"input": "x"})
+    assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
+    wrong = httpx.get(f"{server.address}/v1/chat/completions")
+    assert wrong.status_code == 405 and "GET" in wrong.json()["error"]["message"]
+
+
 def test_a_body_past_the_limit_is_413(server):
     response = httpx.post(f"{server.address}/v1/chat/completions", timeout=30,
                           content=b"{" + b" " * (9 << 20) + b"}")
