@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
                           parallel=args.parallel, idle_unload_seconds=args.idle_unload,
                           cors_origins=tuple(args.cors_origin or ()),
                           allowed_hosts=tuple(args.allow_host or ()),
-                          queue_limit=args.queue_limit, log_requests=False)
+                          queue_limit=args.queue_limit, log_requests=False,
+                          prompt_cache_ram_mb=args.prompt_cache_mb)
     library = Library()
     preload = []
     for name in args.models:
@@ -100,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="unload a model after this long unused (0: never; default 600)")
     parser.add_argument("--queue-limit", type=int, default=64, metavar="N",
                         help="requests that may wait for a slot per model; more get 429")
+    parser.add_argument("--prompt-cache-mb", type=int, default=None, metavar="MB",
+                        help="RAM per model for prompts kept for reuse (default: the engine's)")
     parser.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                         help="a web origin allowed to call the API from a browser (repeatable)")
     parser.add_argument("--allow-host", action="append", metavar="NAME",

@@ -64,8 +64,10 @@ class ServerController:
     def __init__(self, config: ServerConfig, engines: Optional[EnginePool] = None,
                  library: Any = None) -> None:
         self.config = config
+        cache = config.prompt_cache_ram_mb
         self.engines = engines if engines is not None else EnginePool(
-            parallel=config.parallel, idle_unload_seconds=config.idle_unload_seconds)
+            parallel=config.parallel, idle_unload_seconds=config.idle_unload_seconds,
+            prompt_cache_bytes=None if cache is None else cache << 20)
         self.library = library
         self._listeners: list[Callable[[RequestLogEntry], None]] = []
         self._server: Any = None
