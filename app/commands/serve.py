@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -15,6 +16,8 @@ import threading
 from app.core.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
+
+API_KEY_ENV = "QUANTDESK_API_KEY"  # kept out of `ps` listings, unlike --api-key
 
 
 def _print_entry(entry) -> None:
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from models.server.controller import ServerController
     from models.library import Library
 
-    api_key = args.api_key
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if api_key is None and args.stored_key:
         api_key = load_api_key()
         if api_key is None:
@@ -92,7 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
     parser.add_argument("--api-key", default=None,
-                        help="key clients must send (Authorization: Bearer KEY)")
+                        help="key clients must send (Authorization: Bearer KEY); "
+                             f"{API_KEY_ENV} in the environment does the same without showing "
+                             "the key to other users' process listings")
     parser.add_argument("--stored-key", action="store_true",
                         help="use the key stored on the Server page")
     parser.add_argument("--parallel", type=int, default=None, metavar="N",

@@ -321,6 +321,28 @@ def test_the_key_is_required_when_set(pool, library):
         guarded.stop()
 
 
+def test_cors_is_off_unless_origins_are_listed(server, pool, library):
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+
+    origin = {"Origin": "http://app.example"}
+    plain = httpx.get(f"{server.address}/v1/models", headers=origin)
+    assert "access-control-allow-origin" not in plain.headers
+    open_to = ServerController(ServerConfig(port=0, cors_origins=("http://app.example",)),
+                               engines=pool, library=library)
+    open_to.start()
+    try:
+        preflight = httpx.options(f"{open_to.address}/v1/chat/completions", headers={
+            **origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://app.example"
+        other = httpx.get(f"{open_to.address}/v1/models", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+    finally:
+        open_to.stop()
+
+
 def test_a_full_queue_is_429_with_retry_after(server, pool, library):
     from models.server.config import ServerConfig
     from models.server.controller import ServerController
