@@ -433,7 +433,7 @@ class ServerPage(Page):
         The pool is made here, on the GUI thread, and lent the chat's engine at once, so a
         model the chat loads meanwhile goes through the pool's ``release``/``adopt`` in order.
         """
-        pool = self._engine_pool()
+        pool = self._engine_pool(settings)
         chat = self._chat_engine()
         lent = (chat.model_path, chat.client) if chat is not None and chat.ready else None
         listener = self._listener
@@ -448,7 +448,7 @@ class ServerPage(Page):
                 pool.adopt(*lent)
             config = ServerConfig(host=settings.host, port=settings.port, api_key=key,
                                   parallel=settings.parallel or None,
-                                  idle_unload_seconds=settings.idle_unload_minutes * 60 or None)
+                                  idle_unload_seconds=settings.idle_unload_minutes * 60)
             controller = ServerController(config, engines=pool)
             controller.add_listener(listener)
             controller.start()
@@ -456,29 +456,29 @@ class ServerPage(Page):
             if closing.is_set():  # the window closed while it started: stop it again
                 self._stop_server()
                 raise Cancelled()
-            return _client_urls(controller.address, settings, lan_address() if settings.network else None)
+            return _client_urls(controller.port, settings.network and lan_address())
 
         return job
 
     def _stop_server(self) -> None:
-        """Stop the controller and the pool's own engines (on the server thread, or at exit)."""
+        """Stop the controller and unload the models the server loaded itself (the chat's
+        lent engine stays the chat's); on the server thread, or when the window closes."""
         controller, self.controller = self.controller, None
         pool, self.pool = self.pool, None
         chat = self._chat_engine()
         if chat is not None and chat.lender is pool:
             chat.lender = None
-        try:
-            if controller is not None:
-                controller.stop()
-        finally:
-            if pool is not None:
-                _close_pool(pool)
+        if controller is not None:
+            controller.close()
+        elif pool is not None:
+            pool.close()
 
-    def _engine_pool(self):
+    def _engine_pool(self, settings: ServerSettings):
         """A fresh engine pool for a server about to start, lent the chat's engine."""
         from models.server.engine_pool import EnginePool
 
-        self.pool = EnginePool()
+        self.pool = EnginePool(parallel=settings.parallel or None,
+                               idle_unload_seconds=settings.idle_unload_minutes * 60)
         chat = self._chat_engine()
         if chat is not None:
             chat.lender = self.pool
@@ -608,25 +608,14 @@ class ServerPage(Page):
         self._stop_server()
 
 
-def _client_urls(address: str, settings: ServerSettings, lan: Optional[str]) -> tuple[str, str]:
-    """(the base URL to give clients, the one for this computer) from the controller's address.
+def _client_urls(port: int, lan: Optional[str]) -> tuple[str, str]:
+    """(the base URL to give clients, the one for this computer).
 
     Serving the network, the server listens on every interface; the address to share is
-    this computer's address on the network, not ``0.0.0.0``.
+    this computer's address on the network (``lan``), not ``0.0.0.0``.
     """
-    port = urlsplit(address).port or settings.port
     local = f"http://{LOOPBACK_HOST}:{port}/v1"
-    shared = f"http://{lan}:{port}/v1" if settings.network and lan else local
-    return shared, local
-
-
-def _close_pool(pool) -> None:
-    """End the engines the pool started (the chat's lent engine stays the chat's)."""
-    for name in ("shutdown", "close", "stop"):
-        close = getattr(pool, name, None)
-        if callable(close):
-            close()
-            return
+    return (f"http://{lan}:{port}/v1" if lan else local), local
 
 
 def _grid_row(grid: QGridLayout, label: str, field) -> None:
