@@ -122,7 +122,7 @@ class ServerPage(Page):
         grid = QGridLayout(box)
         grid.setColumnStretch(1, 1)
         switch_row = QHBoxLayout()
-        self.switch = QCheckBox("On")
+        self.switch = QCheckBox()  # the sentence beside it says what it is doing
         self.switch.setObjectName("serverSwitch")
         self.switch.setAccessibleName("Server on")
         self.switch.toggled.connect(self._switch_toggled)
@@ -131,7 +131,7 @@ class ServerPage(Page):
         self.state_label.setWordWrap(True)
         switch_row.addWidget(self.switch)
         switch_row.addWidget(self.state_label, 1)
-        _grid_row(grid, "Serve:", switch_row)
+        _grid_row(grid, "Server:", switch_row)
 
         address_row = QHBoxLayout()
         self.address_edit = QLineEdit()
@@ -537,6 +537,7 @@ class ServerPage(Page):
             self.address_edit.setPlaceholderText("Turn the server on to get its address")
             self.address_hint.setText("")
         self.address_hint.setVisible(bool(self.address_hint.text()))
+        self.models_view.setVisible(state == ON)
         self._show_models_hint()
 
     # ------------------------------------------------------------------ models

@@ -13,7 +13,9 @@ import datetime as _dt
 from typing import Any, Optional, Sequence
 
 from PySide6.QtCore import QModelIndex
+from PySide6.QtGui import QColor
 
+from app.ui.theme import color
 from app.ui.widgets.rows_model import Column, RowsTableModel
 
 #: Requests the log keeps on screen.
@@ -37,6 +39,11 @@ def _count(value: Optional[int]) -> str:
     return "" if value is None else f"{value:,}"
 
 
+def _tokens(entry, value: int) -> str:
+    """A token count, blank for a request that ran no model (a model list, a refusal)."""
+    return _count(value) if getattr(entry, "model", "") else ""
+
+
 def _ttft(entry) -> str:
     seconds = getattr(entry, "ttft_seconds", None)
     if seconds is None:
@@ -58,6 +65,14 @@ def _error(entry) -> str:
     return getattr(entry, "error", None) or ""
 
 
+def _status_colour(entry):
+    """Refused and failed requests (4xx, 5xx) in the theme's colour for bad news."""
+    status = getattr(entry, "status", None)
+    if status is None or status < 400:
+        return None
+    return QColor(color("bad"))
+
+
 def _request(entry) -> str:
     return f"{getattr(entry, 'method', '') or ''} {getattr(entry, 'path', '') or ''}".strip()
 
@@ -67,13 +82,13 @@ LOG_COLUMNS = (
     Column("Client", lambda e: e.client or ""),
     Column("Request", _request),
     Column("Model", lambda e: e.model or "", tooltip=_error),
-    Column("Prompt", lambda e: _count(e.prompt_tokens), sort=lambda e: e.prompt_tokens, align_right=True),
-    Column("Cached", lambda e: _count(e.cached_tokens), sort=lambda e: e.cached_tokens, align_right=True),
-    Column("Generated", lambda e: _count(e.completion_tokens), sort=lambda e: e.completion_tokens,
+    Column("Prompt", lambda e: _tokens(e, e.prompt_tokens), sort=lambda e: e.prompt_tokens, align_right=True),
+    Column("Cached", lambda e: _tokens(e, e.cached_tokens), sort=lambda e: e.cached_tokens, align_right=True),
+    Column("Generated", lambda e: _tokens(e, e.completion_tokens), sort=lambda e: e.completion_tokens,
            align_right=True),
     Column("TTFT", _ttft, sort=lambda e: e.ttft_seconds, align_right=True),
     Column("tok/s", _speed, sort=lambda e: e.tokens_per_second, align_right=True),
-    Column("Status", _status, sort=lambda e: e.status, tooltip=_error),
+    Column("Status", _status, sort=lambda e: e.status, tooltip=_error, foreground=_status_colour),
 )
 
 
@@ -131,6 +146,8 @@ def _busy(status) -> str:
         return ""
     queued = getattr(status, "queued", 0) or 0
     active = getattr(status, "active_requests", 0) or 0
+    if not active and not queued:
+        return "idle"
     return f"{active} serving, {queued} waiting" if queued else f"{active} serving"
 
 
