@@ -51,17 +51,6 @@ def log_row(page, row: int) -> dict[str, str]:
             for c in range(model.columnCount())}
 
 
-@pytest.fixture
-def window(qtbot):
-    from app.ui.main_window import MainWindow
-
-    win = MainWindow()
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    win.close()
-
-
 def turn_on(qtbot, page, port: int) -> None:
     page.port_spin.setValue(port)
     page.switch.click()
