@@ -322,8 +322,8 @@ class ServerPage(Page):
             self.banner.show_message(exc.user_message, "error")
             return
         self._show_key()
-        self.banner.show_message(sentence, "info")
         self._restart_for_key()
+        self.banner.show_message(sentence, "info")
 
     def remove_key(self) -> None:
         """Forget the key (not while serving the local network, which needs one)."""
@@ -335,9 +335,9 @@ class ServerPage(Page):
             return
         forget_api_key()
         self._show_key()
+        self._restart_for_key()
         self.banner.show_message("The key was removed; programs on this computer connect without one.",
                                  "info")
-        self._restart_for_key()
 
     def _restart_for_key(self) -> None:
         """A changed key applies at once: a running server restarts with it."""
@@ -399,7 +399,8 @@ class ServerPage(Page):
         if self.state not in (ON, STARTING):
             return
         self._set_state(STOPPING)
-        self._run(lambda report, token: self._stop_server(), lambda _none: self._stopped(),
+        chat = self._chat_engine()
+        self._run(lambda report, token: self._stop_server(chat), lambda _none: self._stopped(),
                   lambda message: self._stopped(message))
 
     def restart(self) -> None:
@@ -415,10 +416,11 @@ class ServerPage(Page):
             return self.banner.show_message(NEEDS_KEY, "error")
         self.banner.clear()
         self._set_state(STARTING)
+        chat = self._chat_engine()
         start = self._start_job(settings, key)
 
         def job(report, token):
-            self._stop_server()
+            self._stop_server(chat)
             return start(report, token)
 
         self._run(job, self._started, self._start_failed)
@@ -428,14 +430,21 @@ class ServerPage(Page):
                   pool=self._server_jobs, owner=self)
 
     def _start_job(self, settings: ServerSettings, key: Optional[str]):
-        """The job that starts a server (run on the page's server thread).
+        """The job that starts a server (it runs on the page's server thread).
 
-        The pool is made here, on the GUI thread, and lent the chat's engine at once, so a
-        model the chat loads meanwhile goes through the pool's ``release``/``adopt`` in order.
+        Its engine pool is lent the chat's engine here, on the GUI thread, before the job
+        runs: a model the chat loads from now on goes through the pool's ``release`` and
+        ``adopt`` in order, on the chat's load thread.
         """
-        pool = self._engine_pool(settings)
+        from models.server.engine_pool import EnginePool
+
+        pool = EnginePool(parallel=settings.parallel or None,
+                          idle_unload_seconds=settings.idle_unload_minutes * 60)
         chat = self._chat_engine()
-        lent = (chat.model_path, chat.client) if chat is not None and chat.ready else None
+        lent = None
+        if chat is not None:
+            chat.lender = pool
+            lent = (chat.model_path, chat.client) if chat.ready else None
         listener = self._listener
         closing = self._closing
 
@@ -444,45 +453,33 @@ class ServerPage(Page):
             from models.server.config import ServerConfig
             from models.server.controller import ServerController
 
-            if lent is not None:
-                pool.adopt(*lent)
             config = ServerConfig(host=settings.host, port=settings.port, api_key=key,
                                   parallel=settings.parallel or None,
                                   idle_unload_seconds=settings.idle_unload_minutes * 60)
             controller = ServerController(config, engines=pool)
             controller.add_listener(listener)
-            controller.start()
-            self.controller = controller
+            try:
+                if lent is not None:
+                    pool.adopt(*lent)
+                controller.start()
+            except BaseException:
+                _end(controller, chat)
+                raise
+            self.controller, self.pool = controller, pool
             if closing.is_set():  # the window closed while it started: stop it again
-                self._stop_server()
+                self._stop_server(chat)
                 raise Cancelled()
             return _client_urls(controller.port, settings.network and lan_address())
 
         return job
 
-    def _stop_server(self) -> None:
-        """Stop the controller and unload the models the server loaded itself (the chat's
-        lent engine stays the chat's); on the server thread, or when the window closes."""
+    def _stop_server(self, chat) -> None:
+        """Stop the running server, if any (on the server thread, or as the window closes)."""
         controller, self.controller = self.controller, None
-        pool, self.pool = self.pool, None
-        chat = self._chat_engine()
-        if chat is not None and chat.lender is pool:
-            chat.lender = None
         if controller is not None:
-            controller.close()
-        elif pool is not None:
-            pool.close()
-
-    def _engine_pool(self, settings: ServerSettings):
-        """A fresh engine pool for a server about to start, lent the chat's engine."""
-        from models.server.engine_pool import EnginePool
-
-        self.pool = EnginePool(parallel=settings.parallel or None,
-                               idle_unload_seconds=settings.idle_unload_minutes * 60)
-        chat = self._chat_engine()
-        if chat is not None:
-            chat.lender = self.pool
-        return self.pool
+            if self.pool is controller.engines:
+                self.pool = None
+            _end(controller, chat)
 
     def _chat_engine(self):
         """The Chat page's :class:`~app.ui.chat.engine.ChatEngine`, when the window has one."""
@@ -491,7 +488,10 @@ class ServerPage(Page):
         return getattr(chat, "engine", None)
 
     def _started(self, urls: tuple[str, str]) -> None:
+        if self.state == STOPPING:  # a stop queued behind this start: it follows at once
+            return
         self._urls = urls
+        self._set_switch(True)
         self._set_state(ON)
         self.refresh_models()
         self._status_timer.start()
@@ -500,8 +500,6 @@ class ServerPage(Page):
         self._set_switch(False)
         self._set_state(OFF)
         self.banner.show_message(message, "error", "Try again", self._try_again)
-        if self.pool is not None or self.controller is not None:
-            self._run(lambda report, token: self._stop_server(), lambda _none: None, lambda _m: None)
 
     def _try_again(self) -> None:
         self._set_switch(True)
@@ -606,7 +604,15 @@ class ServerPage(Page):
             self._save_timer.stop()
             self._remember()
         self._server_jobs.waitForDone(SHUTDOWN_WAIT_MS)
-        self._stop_server()
+        self._stop_server(self._chat_engine())
+
+
+def _end(controller, chat) -> None:
+    """Stop ``controller`` and unload the models its pool loaded; the chat's engine, lent
+    to that pool, goes back to being the chat's alone."""
+    if chat is not None and chat.lender is controller.engines:
+        chat.lender = None
+    controller.close()
 
 
 def _client_urls(port: int, lan: Optional[str]) -> tuple[str, str]:
