@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import Optional
 from urllib.parse import urlsplit
 
@@ -60,6 +61,7 @@ SHUTDOWN_WAIT_MS = 15000
 
 OFF, STARTING, ON, STOPPING = "off", "starting", "on", "stopping"
 
+RESTART_TO_APPLY = "The server uses the new settings once it restarts."
 NEEDS_KEY = ("Serving on the local network needs an API key, so that only the programs you give "
              "it to can connect. Generate an API key first.")
 
@@ -84,6 +86,7 @@ class ServerPage(Page):
         #: The running server's EnginePool (one engine per model, the chat's lent to it).
         self.pool = None
         self._urls: tuple[str, str] = ("", "")  # (the address to share, this computer's)
+        self._serving: Optional[ServerSettings] = None  # what the server was started with
         self._closing = threading.Event()
         self._status_job: Optional[JobWorker] = None
         # Start, stop and restart run one at a time, in order, and closing the window can
@@ -201,7 +204,7 @@ class ServerPage(Page):
         self.models_view = make_table(self.models_model, "Models served")
         self.models_view.setSortingEnabled(False)
         self.models_view.setMinimumHeight(110)
-        self.models_view.setMaximumHeight(170)
+        self.models_view.setMaximumHeight(120)
         column.addWidget(self.models_view)
         self.models_hint = _hint("modelsHint")
         column.addWidget(self.models_hint)
@@ -241,9 +244,12 @@ class ServerPage(Page):
     def _options_changed(self) -> None:
         """An option changed: remember it; a running server uses it after a restart."""
         self._remember()
-        if self.state in (ON, STARTING):
-            self.banner.show_message("The server uses the new settings once it restarts.", "info",
-                                     "Restart now", self.restart)
+        serving = self._serving
+        if self.state in (ON, STARTING) and serving is not None \
+                and replace(self.settings(), enabled=True) != replace(serving, enabled=True):
+            self.banner.show_message(RESTART_TO_APPLY, "info", "Restart now", self.restart)
+        elif self.banner.text() == RESTART_TO_APPLY:
+            self.banner.clear()  # changed back to what the server runs with
 
     def _network_toggled(self, on: bool) -> None:
         if on and not self._api_key():
@@ -438,6 +444,7 @@ class ServerPage(Page):
         """
         from models.server.engine_pool import EnginePool
 
+        self._serving = settings
         pool = EnginePool(parallel=settings.parallel or None,
                           idle_unload_seconds=settings.idle_unload_minutes * 60)
         chat = self._chat_engine()

@@ -21,6 +21,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
+from app.ui.server.page import RESTART_TO_APPLY
+
 START_MS = 30_000
 
 
@@ -89,6 +91,16 @@ def test_switch_serves_copies_the_address_and_logs_requests(qtbot, window):
     page.clear_log()
     assert page.log_model.rowCount() == 0
 
+    # The port typed before starting is what the server runs with: no restart asked for.
+    qtbot.waitUntil(lambda: not page._save_timer.isActive(), timeout=5_000)
+    assert page.banner.text() != RESTART_TO_APPLY
+    page.idle_spin.setValue(3)  # a change while serving: applied by a restart, on request
+    qtbot.waitUntil(lambda: page.banner.text() == RESTART_TO_APPLY, timeout=5_000)
+    page.banner.action_button.click()
+    qtbot.waitUntil(lambda: page.state_label.text().startswith("Serving"), timeout=START_MS)
+    assert load_server_settings().idle_unload_minutes == 3 and page.banner.text() == ""
+    assert fetch(f"{address}/models")[0] == 200
+
     turn_off(qtbot, page)
     assert page.address_edit.text() == "" and not load_server_settings().enabled
     with pytest.raises(urllib.error.URLError):
@@ -134,7 +146,7 @@ def test_key_generate_copy_reset_remove_and_the_network_switch(qtbot, window):
 
     page.network_switch.click()  # with a key: accepted, and the page says a restart applies it
     assert page.network_switch.isChecked() and not page.network_hint.property("refused")
-    qtbot.waitUntil(lambda: page.banner.text().startswith("The server uses the new settings"), timeout=5_000)
+    qtbot.waitUntil(lambda: page.banner.text() == RESTART_TO_APPLY, timeout=5_000)
     page.remove_key()  # refused while serving the network
     assert load_api_key() == new and "turn that off first" in page.banner.text()
     page.network_switch.click()
