@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import threading
 
@@ -60,11 +61,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"Serving the OpenAI API on {controller.address}/v1{key_note}. "
               "Ctrl+C stops it.", flush=True)
         stopped = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            # A service manager's stop (SIGTERM) ends it as cleanly as Ctrl+C does.
+            signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
         while not stopped.wait(0.5):
             if not controller.running:
                 print("The server stopped unexpectedly; the log file has the details.",
                       file=sys.stderr)
                 return 1
+        print("Stopping…", flush=True)
     except KeyboardInterrupt:
         print("Stopping…", flush=True)
     finally:

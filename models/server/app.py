@@ -140,7 +140,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 def build_app(core: ServerCore) -> Starlette:
     """The server's ASGI application for ``core``."""
 
-    async def health(request: Request) -> JSONResponse:
+    async def health(request: Request, log_fields: dict) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     @contextlib.asynccontextmanager
@@ -164,7 +164,7 @@ def build_app(core: ServerCore) -> Starlette:
                                      allow_headers=["Authorization", "Content-Type",
                                                     "x-api-key"]))
     middleware.append(Middleware(Guard, core=core))
-    return Starlette(routes=[Route("/health", health, methods=["GET"]),
+    return Starlette(routes=[Route("/health", core.endpoint(health), methods=["GET"]),
                              *openai_api.routes(core)],
                      middleware=middleware, lifespan=lifespan,
                      exception_handlers={HTTPException: _http_error, Exception: _unexpected})

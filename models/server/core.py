@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import json
 import logging
 import threading
@@ -477,12 +478,11 @@ class ServerCore:
         """The engine reply (validated at once: a bad option or schema is a 400 here)."""
         try:
             if prompt is not None:
-                try:
-                    return entry.client.chat(None, options, prompt=prompt)
-                except TypeError:
+                if "prompt" not in inspect.signature(entry.client.chat).parameters:
                     raise ApiError(501, "Raw-prompt completions need a newer engine than this "
                                         "one; use /v1/chat/completions.",
-                                   code="unsupported_endpoint") from None
+                                   code="unsupported_endpoint")
+                return entry.client.chat(None, options, prompt=prompt)
             return entry.client.chat(messages, options)
         except QuantDeskError as exc:
             raise from_quantdesk_error(exc) from None
