@@ -109,6 +109,8 @@ class ServerPage(Page):
         self._entry_arrived.connect(self._log_entry, Qt.ConnectionType.QueuedConnection)
         self._status_timer = QTimer(self, interval=STATUS_INTERVAL_MS)
         self._status_timer.timeout.connect(self.refresh_models)
+        self._refresh_soon = QTimer(self, singleShot=True, interval=150)  # after requests, once
+        self._refresh_soon.timeout.connect(self.refresh_models)
         self._save_timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
         self._save_timer.timeout.connect(self._options_changed)
         self._show_key()
@@ -527,8 +529,7 @@ class ServerPage(Page):
     def _show_state(self) -> None:
         state = self.state
         self.switch.setEnabled(state in (OFF, ON))
-        for widget in (self.copy_address_button,):
-            widget.setEnabled(state == ON)
+        self.copy_address_button.setEnabled(state == ON)
         local = self._urls[1]
         if state == ON:
             self.state_label.setText(f"Serving at {urlsplit(self._urls[0]).netloc}.")
@@ -596,7 +597,7 @@ class ServerPage(Page):
             self.log_view.scrollToBottom()
         count = self.log_model.rowCount()
         self.log_count.setText(f"{count:,} request{'s' if count != 1 else ''} shown.")
-        QTimer.singleShot(150, self, self.refresh_models)  # it may have loaded a model
+        self._refresh_soon.start()  # the request may have loaded a model
 
     def clear_log(self) -> None:
         self.log_model.set_rows([])
@@ -607,6 +608,7 @@ class ServerPage(Page):
         """The window is closing: stop the server (requests in flight get an error)."""
         self._closing.set()
         self._status_timer.stop()
+        self._refresh_soon.stop()
         if self._save_timer.isActive():
             self._save_timer.stop()
             self._remember()
