@@ -48,7 +48,7 @@ def _ttft(entry) -> str:
     seconds = getattr(entry, "ttft_seconds", None)
     if seconds is None:
         return ""
-    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def _speed(entry) -> str:

@@ -35,6 +35,23 @@ def test_log_rows_show_tokens_timing_and_status_and_the_log_stays_bounded(qtbot)
     assert texts(log, log.rowCount() - 1)[2] == f"GET /{LOG_LIMIT - 1}"  # the newest kept, last
 
 
+def test_every_control_of_the_page_has_an_accessible_name(qtbot):
+    from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QHeaderView,
+                                   QLineEdit)
+
+    from app.ui.server.page import ServerPage
+
+    page = ServerPage()
+    qtbot.addWidget(page)
+    controls = [w for kind in (QAbstractButton, QLineEdit, QAbstractSpinBox, QAbstractItemView)
+                for w in page.findChildren(kind)
+                if w.isVisibleTo(page) and not w.objectName().startswith("qt_")  # Qt's own parts
+                and not isinstance(w, QHeaderView)]
+    unnamed = [f"{type(w).__name__} {w.text() if hasattr(w, 'text') else ''}" for w in controls
+               if not w.accessibleName()]
+    assert len(controls) >= 14 and unnamed == []
+
+
 def test_models_table_lists_loaded_models_first_and_resets_only_on_change(qtbot):
     models = ModelStatusModel()
     idle = ModelStatus("b-model", Path("/m/b.gguf"), False, 0, 0, 0, 0)
