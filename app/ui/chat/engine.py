@@ -11,6 +11,12 @@ told from its answer on the worker thread too (:class:`~models.engine.reasoning.
 ReasoningSplitter`), into a buffer of its own. The engine itself is a child
 process (:class:`~models.engine.EngineClient`): the GUI process does not load llama.cpp
 to generate, and a crash of the engine ends one reply, not the window.
+
+While the window's API server runs, the engine is lent to it (:attr:`ChatEngine.lender`,
+the server's engine pool): a request for the model the chat has loaded uses this engine
+instead of loading the model a second time. The lending follows the loads, on the load's
+own worker thread and in order: the old model is taken back before another one loads, and
+the new one is lent once it has loaded.
 """
 
 from __future__ import annotations
@@ -91,6 +97,9 @@ class ChatEngine(QObject):
         self.settings = None  # the LoadSettings of the last successful load
         self.report = None
         self._owns_client = True
+        #: The server's engine pool while the server runs (``release(path)`` and
+        #: ``adopt(path, client)``), or ``None``: see the module docstring.
+        self.lender = None
         # Its own pool: a reply holds a thread for as long as it streams, and must not
         # wait behind other pages' downloads or quantize jobs on the global pool.
         self._pool = QThreadPool(self)
@@ -137,15 +146,31 @@ class ChatEngine(QObject):
     def load(self, path: Path, settings) -> None:
         """Load ``path`` with ``settings`` in the background; emits loaded/load_failed."""
         client = self.client
+        previous = self.model_path if self.report is not None else None
         self.model_path = Path(path)
         self.report = None
 
         def job(report, token):
-            return client.load(path, settings, progress=report)
+            if previous is not None:
+                self._lend("release", previous)  # before the engine holds another model
+            loaded = client.load(path, settings, progress=report)
+            self._lend("adopt", loaded.path, client)
+            return loaded
 
         self._load_job = start_job(job, on_finished=lambda rep: self._load_finished(rep, settings),
                                    on_failed=self._load_error, on_progress=self.load_progress.emit,
                                    pool=self._pool, owner=self)
+
+    def _lend(self, action: str, *args) -> None:
+        """``lender.release(path)`` or ``lender.adopt(path, client)`` when the engine is lent;
+        a fault there is logged and never stops the chat's own load."""
+        lender = self.lender
+        if lender is None:
+            return
+        try:
+            getattr(lender, action)(*args)
+        except Exception:
+            log.exception("the server's engine pool failed to %s %s", action, args[0])
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -264,5 +289,8 @@ class ChatEngine(QObject):
     def shutdown(self) -> None:
         """Stop any reply and the engine process (the window is closing)."""
         self.stop()
+        if self.model_path is not None:
+            self._lend("release", self.model_path)
+        self.lender = None
         if self._client is not None and self._owns_client:
             self._client.shutdown()
