@@ -23,8 +23,7 @@ import ctypes
 import re
 from typing import Any
 
-#: llama.cpp's ``LLM_FFN_EXPS_REGEX``: the merged expert tensors of one layer.
-EXPERT_TENSORS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+from models.gguf_header import EXPERT_TENSORS_REGEX
 
 #: ``GGML_BACKEND_DEVICE_TYPE_CPU`` (ggml-backend.h).
 _CPU_DEVICE = 0
