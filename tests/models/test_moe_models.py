@@ -177,3 +177,20 @@ def test_a_converted_moe_model_chats_in_the_engine_with_experts_on_the_cpu(moe_g
         reply = client.chat([{"role": "user", "content": "Hello!"}],
                             ChatOptions(temperature=0.0, max_tokens=8, ignore_eos=True)).wait()
     assert reply.stats.completion_tokens == 8 and reply.text
+
+
+def test_bench_bounds_a_moe_model_by_its_routed_experts(moe_gguf):
+    from tests.conftest import REPO_ROOT
+
+    done = subprocess.run([sys.executable, "-m", "app.cli", "bench", str(moe_gguf), "--threads", "2",
+                           "--batch-threads", "2", "--ctx", "512", "--n-cpu-moe", "-1", "--runs", "1",
+                           "--prompt-tokens", "32", "--gen-tokens", "8"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+    info = read_model_info(moe_gguf)
+    assert float(lines["Weights per token"].split()[0]) == pytest.approx(info.weight_bytes_per_token / 1e6, abs=0.06)
+    assert "the 2 of 8 experts each token is routed to" in lines["Weights per token"]
+    bandwidth = float(lines["Memory bandwidth"].split()[0])
+    limit = float(lines["Bandwidth limit"].split()[0])
+    assert limit == pytest.approx(bandwidth * 1e9 / info.weight_bytes_per_token, rel=0.01)
