@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from quantize.gguf_layout import read_gguf_layout
 
@@ -44,6 +44,19 @@ _EXPERT_TENSOR = re.compile(EXPERT_TENSORS_REGEX)
 def is_expert_tensor(name: str) -> bool:
     """Whether ``name`` holds a MoE layer's experts (``blk.N.ffn_up_exps.weight``...)."""
     return _EXPERT_TENSOR.search(name) is not None
+
+
+def parameters_text(total: Optional[int], active: Optional[int] = None) -> str:
+    """A parameter count for people: ``"1.7B"``, ``"135M"``; for a mixture of experts whose
+    tokens use fewer (``active``) than all, ``"30.5B total, 3.3B active"``; ``"–"`` unknown."""
+    def short(n: int) -> str:
+        return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+    if not total:
+        return "–"
+    if active and active < total:
+        return f"{short(total)} total, {short(active)} active"
+    return short(total)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from typing import Callable, Optional, Union
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
-from models.gguf_header import GGUFHeader, is_expert_tensor, read_gguf_header
+from models.gguf_header import GGUFHeader, is_expert_tensor, parameters_text, read_gguf_header
 
 KV_TYPES = {name: GGMLQuantizationType[name.upper()] for name in
             ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")}
@@ -98,19 +98,6 @@ class FitVerdict:
     ram_available: int
     vram_available: Optional[int]
     reason: str
-
-
-def parameters_text(total: Optional[int], active: Optional[int] = None) -> str:
-    """A parameter count for people: ``"1.7B"``, ``"135M"``; for a mixture of experts whose
-    tokens use fewer (``active``) than all, ``"30.5B total, 3.3B active"``; ``"–"`` unknown."""
-    def short(n: int) -> str:
-        return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
-
-    if not total:
-        return "–"
-    if active and active < total:
-        return f"{short(total)} total, {short(active)} active"
-    return short(total)
 
 
 def _layer_of(name: str) -> Optional[int]:

@@ -194,3 +194,16 @@ def test_bench_bounds_a_moe_model_by_its_routed_experts(moe_gguf):
     bandwidth = float(lines["Memory bandwidth"].split()[0])
     limit = float(lines["Bandwidth limit"].split()[0])
     assert limit == pytest.approx(bandwidth * 1e9 / info.weight_bytes_per_token, rel=0.01)
+
+
+def test_the_library_shows_total_and_active_parameters(moe_gguf, smollm2_gguf):
+    from models.library import Library
+
+    lib = Library()
+    model = lib.import_path(moe_gguf)
+    header = read_gguf_header(moe_gguf)
+    assert (model.parameters, model.active_parameters) == (header.parameter_count, header.active_parameter_count)
+    assert model.active_parameters < model.parameters
+    assert parameters_text(model.parameters, model.active_parameters).endswith(" active")
+    dense = lib.import_path(smollm2_gguf)
+    assert dense.active_parameters == dense.parameters
