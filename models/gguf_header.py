@@ -48,9 +48,15 @@ def is_expert_tensor(name: str) -> bool:
 
 def parameters_text(total: Optional[int], active: Optional[int] = None) -> str:
     """A parameter count for people: ``"1.7B"``, ``"135M"``; for a mixture of experts whose
-    tokens use fewer (``active``) than all, ``"30.5B total, 3.3B active"``; ``"–"`` unknown."""
+    tokens use fewer (``active``) than all, ``"30.5B total, 3.3B active"``; ``"–"`` unknown.
+
+    Billions keep one decimal cut, not rounded, as model names and cards count them
+    (Qwen3-30B-A3B: 30.53 and 3.35 billion, "30.5B total, 3.3B activated").
+    """
     def short(n: int) -> str:
-        return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+        if n >= 1e9:
+            return f"{n // 10**8 / 10:.1f}B"
+        return f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
 
     if not total:
         return "–"

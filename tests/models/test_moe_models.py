@@ -141,7 +141,7 @@ def test_total_and_active_parameters(moe_gguf):
     p = predict_memory(header)
     assert (p.parameters, p.active_parameters) == (header.parameter_count, header.active_parameter_count)
     assert p.parameters_text == parameters_text(header.parameter_count, header.active_parameter_count)
-    assert parameters_text(30_532_122_624, 3_345_513_472) == "30.5B total, 3.3B active"
+    assert parameters_text(30_532_122_624, 3_353_032_704) == "30.5B total, 3.3B active"  # Qwen3-30B-A3B
     assert parameters_text(1_711_376_384, 1_711_376_384) == "1.7B" and parameters_text(None) == "–"
     info = read_model_info(moe_gguf)
     expert_bytes = sum(t.n_bytes for t in header.tensors if is_expert_tensor(t.name))

@@ -174,3 +174,26 @@ def test_the_factory_writes_what_transformers_saves(tmp_path, arch):
         with safe_open(str(f), "pt") as handle:
             saved.update({k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()})
     assert saved == ck.tensor_shapes
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHITECTURES)
+def test_parameter_counts_from_the_config_equal_the_checkpoints(tmp_path, arch):
+    from models.gguf_header import read_gguf_header
+    from quantize.convert.archs.moe import moe_parameter_counts
+
+    ck = write_tiny_checkpoint(tmp_path / arch, arch=arch)
+    total, active = moe_parameter_counts(ck.config)
+    assert total == sum(int(np.prod(s)) for s in ck.tensor_shapes.values())
+    header = read_gguf_header(convert(ck.path, tmp_path / "o.gguf", "f32"))
+    assert (total, active) == (header.parameter_count, header.active_parameter_count)
+
+
+def test_parameter_counts_of_qwen3_30b_a3b_from_its_config():
+    from quantize.convert.archs.moe import moe_parameter_counts
+
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+              "intermediate_size": 6144, "tie_word_embeddings": False}
+    assert moe_parameter_counts(config) == (30_532_122_624, 3_353_032_704)  # the Hub's safetensors total
+    assert moe_parameter_counts({**config, "model_type": "qwen3", "num_experts": None}) is None

@@ -12,8 +12,10 @@ layers between sparse ones, ``decoder_sparse_step`` / ``mlp_only_layers``).
 
 from __future__ import annotations
 
+from typing import Optional
+
 from app.core.errors import QuantDeskError
-from quantize.convert.archs.hparams import EXPERTS_USED_NAMES, expert_count, find, u32
+from quantize.convert.archs.hparams import EXPERTS_USED_NAMES, expert_count, find, head_dim, u32
 
 
 def _refuse(what: str) -> QuantDeskError:
@@ -60,3 +62,45 @@ def expert_width_entries(config: dict, arch: str) -> list:
         out.append(u32(f"{arch}.expert_shared_feed_forward_length",
                        config["shared_expert_intermediate_size"]))
     return out
+
+
+#: Per family: (Q/K/V biases, Q/K norm width: "head", "whole" or None). The rest of a
+#: layer is the same in the four families: attention, two norms, router, experts.
+_LAYER_EXTRAS = {"qwen2_moe": (True, None), "qwen3_moe": (False, "head"),
+                 "mixtral": (False, None), "olmoe": (False, "whole")}
+
+
+def moe_parameter_counts(config: dict) -> Optional[tuple[int, int]]:
+    """``(total, active)`` parameters of a MoE checkpoint from its config.json alone, or
+    ``None`` for a dense model or a family not converted here.
+
+    What the Hub page shows before anything is downloaded ("30.5B total, 3.3B active"):
+    a token uses every weight but the experts it is not routed to, so ``active`` counts
+    ``experts_per_tok / experts`` of the expert matrices. Exact for the checkpoints'
+    tensors (the factory's tiny checkpoints check it; Qwen3-30B-A3B: 30,532,122,624).
+    """
+    text = config.get("text_config", config)
+    extras = _LAYER_EXTRAS.get(str(text.get("model_type")))
+    n_expert, n_used = expert_count(text), int(find(text, EXPERTS_USED_NAMES, 0))
+    if extras is None or n_expert < 2 or not n_used:
+        return None
+    biases, qk_norm = extras
+    hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
+    heads = int(text["num_attention_heads"])
+    kv = int(text.get("num_key_value_heads") or heads)
+    hd = head_dim(text)
+    width = int(text.get("moe_intermediate_size") or text["intermediate_size"])
+    shared = int(text.get("shared_expert_intermediate_size") or 0)
+    dense = 2 * hidden * heads * hd + 2 * hidden * kv * hd + 2 * hidden + n_expert * hidden
+    if biases:
+        dense += heads * hd + 2 * kv * hd
+    if qk_norm == "head":
+        dense += 2 * hd
+    elif qk_norm == "whole":
+        dense += (heads + kv) * hd
+    if shared:
+        dense += 3 * hidden * shared + hidden
+    experts = 3 * hidden * width * n_expert
+    outside = int(text["vocab_size"]) * hidden * (1 if text.get("tie_word_embeddings") else 2) + hidden
+    return (layers * (dense + experts) + outside,
+            layers * (dense + experts * n_used // n_expert) + outside)

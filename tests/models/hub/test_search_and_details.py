@@ -124,3 +124,20 @@ def test_details_of_missing_and_private_repos_are_sentences(hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", GATED_TOKEN)
     assert model_details("acme/private-GGUF").variants[0].quant == "Q4_0"
     assert hub.state.requests[-1]["auth"] == GATED_TOKEN
+
+
+def test_details_of_a_mixture_of_experts_give_total_and_active_parameters(hub):
+    import json
+
+    from models.gguf_header import parameters_text
+
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+              "intermediate_size": 6144, "tie_word_embeddings": False}
+    hub.state.add_repo(HubRepo("qwen/moe", {"config.json": HubFile(json.dumps(config).encode()),
+                                            "model.safetensors": HubFile(b"x" * 2000)},
+                               config={"architectures": ["Qwen3MoeForCausalLM"]}))
+    details = model_details("qwen/moe")
+    assert parameters_text(details.parameters, details.active_parameters) == "30.5B total, 3.3B active"
+    assert model_details("acme/tiny-hf").active_parameters is None  # a dense config: no count of its own
