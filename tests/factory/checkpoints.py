@@ -240,6 +240,14 @@ ARCHITECTURES.update({
 #: The mixture-of-experts entries of :data:`ARCHITECTURES`.
 MOE_ARCHITECTURES = ("qwen2_moe", "qwen3_moe", "mixtral", "olmoe")
 
+#: config.json of Qwen/Qwen3-30B-A3B (the keys that size it): 30,532,122,624 parameters by
+#: the Hub's count, 128 experts of which 8 per token.
+QWEN3_30B_A3B_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "intermediate_size": 6144, "tie_word_embeddings": False}
+
 
 @dataclass
 class TinyCheckpoint:

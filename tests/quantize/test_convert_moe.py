@@ -20,7 +20,7 @@ from gguf import GGUFReader
 from app.core.errors import QuantDeskError
 from quantize.convert import convert, open_hf_folder
 from quantize.convert.hf_source import permute_qk_rows
-from tests.factory.checkpoints import MOE_ARCHITECTURES, write_tiny_checkpoint
+from tests.factory.checkpoints import MOE_ARCHITECTURES, QWEN3_30B_A3B_CONFIG, write_tiny_checkpoint
 from tests.quantize.convert_oracles import hf_logits, hf_tokenizer, llama_cpp_logits, run_llama_cpp
 
 pytest.importorskip("torch")
@@ -191,9 +191,6 @@ def test_parameter_counts_from_the_config_equal_the_checkpoints(tmp_path, arch):
 def test_parameter_counts_of_qwen3_30b_a3b_from_its_config():
     from quantize.convert.archs.moe import moe_parameter_counts
 
-    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
-              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-              "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
-              "intermediate_size": 6144, "tie_word_embeddings": False}
+    config = QWEN3_30B_A3B_CONFIG
     assert moe_parameter_counts(config) == (30_532_122_624, 3_353_032_704)  # the Hub's safetensors total
     assert moe_parameter_counts({**config, "model_type": "qwen3", "num_experts": None}) is None

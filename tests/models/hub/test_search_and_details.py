@@ -131,10 +131,7 @@ def test_details_of_a_mixture_of_experts_give_total_and_active_parameters(hub):
 
     from models.gguf_header import parameters_text
 
-    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
-              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-              "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
-              "intermediate_size": 6144, "tie_word_embeddings": False}
+    from tests.factory.checkpoints import QWEN3_30B_A3B_CONFIG as config
     hub.state.add_repo(HubRepo("qwen/moe", {"config.json": HubFile(json.dumps(config).encode()),
                                             "model.safetensors": HubFile(b"x" * 2000)},
                                config={"architectures": ["Qwen3MoeForCausalLM"]}))
