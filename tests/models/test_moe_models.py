@@ -94,6 +94,7 @@ def test_the_override_patterns_are_llama_cpps():
     assert is_expert_tensor("blk.7.ffn_gate_up_exps.weight") and not is_expert_tensor("blk.7.ffn_up.weight")
 
 
+@pytest.mark.slow
 def test_llama_cpp_keeps_exactly_the_chosen_layers_experts_on_the_cpu(moe_gguf):
     result = probe(moe_gguf, 3)
     overridden = sorted(name for name, _ in result["overridden"])
@@ -103,6 +104,7 @@ def test_llama_cpp_keeps_exactly_the_chosen_layers_experts_on_the_cpu(moe_gguf):
     assert probe(moe_gguf, 0)["overridden"] == []
 
 
+@pytest.mark.slow
 def test_memory_prediction_is_within_a_few_percent_of_llama_cpp(moe_gguf):
     header = read_gguf_header(moe_gguf)
     # the experts' product sets the buffer, then (4096, no flash) the attention scores
@@ -160,12 +162,14 @@ def test_settings_resolve_all_and_refuse_too_many(moe_gguf):
     assert LoadSettings.from_dict(LoadSettings(cpu_moe_layers=3).to_dict()).cpu_moe_layers == 3
 
 
+@pytest.mark.smollm2
 def test_a_dense_model_ignores_the_setting(smollm2_gguf):
     info = read_model_info(smollm2_gguf)
     assert not info.is_moe
     assert validate_settings(LoadSettings(cpu_moe_layers=ALL_LAYERS), info, 0).cpu_moe_layers == 0
 
 
+@pytest.mark.slow
 def test_a_converted_moe_model_chats_in_the_engine_with_experts_on_the_cpu(moe_gguf):
     from models.engine import EngineClient
     from models.engine.options import ChatOptions
@@ -179,6 +183,7 @@ def test_a_converted_moe_model_chats_in_the_engine_with_experts_on_the_cpu(moe_g
     assert reply.stats.completion_tokens == 8 and reply.text
 
 
+@pytest.mark.slow
 def test_bench_bounds_a_moe_model_by_its_routed_experts(moe_gguf):
     from tests.conftest import REPO_ROOT
 
@@ -196,6 +201,7 @@ def test_bench_bounds_a_moe_model_by_its_routed_experts(moe_gguf):
     assert limit == pytest.approx(bandwidth * 1e9 / info.weight_bytes_per_token, rel=0.01)
 
 
+@pytest.mark.smollm2
 def test_the_library_shows_total_and_active_parameters(moe_gguf, smollm2_gguf):
     from models.library import Library
 
