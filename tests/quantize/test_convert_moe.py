@@ -194,3 +194,16 @@ def test_parameter_counts_of_qwen3_30b_a3b_from_its_config():
     config = QWEN3_30B_A3B_CONFIG
     assert moe_parameter_counts(config) == (30_532_122_624, 3_353_032_704)  # the Hub's safetensors total
     assert moe_parameter_counts({**config, "model_type": "qwen3", "num_experts": None}) is None
+
+
+def test_an_expert_missing_from_every_layer_is_named(tmp_path):
+    from safetensors.numpy import load_file
+
+    from tests.factory.safetensors_writer import write_safetensors
+
+    ck = write_tiny_checkpoint(tmp_path / "m", arch="qwen3_moe")
+    weights = load_file(str(ck.weight_files[0]))
+    kept = {k: v for k, v in weights.items() if ".experts.3.up_proj." not in k}
+    write_safetensors(ck.weight_files[0], kept, "float32")
+    with pytest.raises(QuantDeskError, match="expert 3 is missing"):
+        convert(ck.path, tmp_path / "o.gguf", "f16")
