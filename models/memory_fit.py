@@ -26,8 +26,10 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
     with and without flash attention: tests/models/test_moe_models.py)
 
 These formulas were checked against llama.cpp's own log on SmolLM2 at several context
-lengths and KV types (tests/models/test_memory_fit.py). The GPU split follows
-llama.cpp's rules but could not be measured on these GPU-less machines.
+lengths and KV types (tests/models/test_memory_fit.py), and on a converted Qwen3-MoE
+(tests/models/test_moe_models.py). The GPU split follows llama.cpp's rules but could not
+be measured on these GPU-less machines (tests/benchmarks/moe_offload_probe.py measures it
+where a CUDA build is at hand).
 """
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     else:
         attention = n_ub * n_ctx * max(n_head) * 4 + mask + 6 * act
     ffn = 2 * n_ub * n_ff * 4 + 3 * act
+    routed = 0
     if header.expert_count:
         n_used = header.expert_used_count or 1
         n_ff_exp = int(header.arch_value("expert_feed_forward_length") or n_ff)
@@ -179,6 +182,8 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     else:  # the GPU runs the offloaded graph; the host keeps the un-offloaded part's buffer
         compute_gpu = compute
         compute_cpu = 3 * act if output_on_gpu else logits
+        if cpu_moe > first_gpu_layer:  # experts of GPU layers run on the CPU: their products
+            compute_cpu = max(compute_cpu, routed)  # live in its buffer (not yet measured on a GPU)
     return MemoryPrediction(weights_cpu, weights_gpu, kv_cpu, kv_gpu, compute_cpu, compute_gpu,
                             output=n_vocab * 4, n_ctx=n_ctx, parameters=header.parameter_count,
                             active_parameters=header.active_parameter_count)
