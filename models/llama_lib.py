@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import sys
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
@@ -31,11 +32,16 @@ def llama_cpp_python_version() -> Optional[str]:
 
 
 def lib_dir() -> Path:
-    """The folder holding llama-cpp-python's native libraries.
+    """The folder holding llama-cpp-python's native libraries: ``LLAMA_CPP_LIB_PATH`` when
+    set (llama-cpp-python itself loads its libraries from there then: a llama.cpp built
+    apart from the package), else the package's ``lib`` folder.
 
     Raises:
         QuantDeskError: llama-cpp-python is not installed.
     """
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if override:
+        return Path(override)
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         raise QuantDeskError(
