@@ -28,10 +28,13 @@ tar xzf gpu_inputs/llama_cpp_python-0.3.36-trim.tar.gz -C /tmp || exit 3
 SRC=/tmp/llama_cpp_python-0.3.36
 cp -r "$SRC/llama_cpp" /tmp/site/
 t "configure"
+# The CPU options QuantDesk's own builds use (llama_cmake_args.py: no AMX kernels), CUDA for sm_90.
+ARGS="$(python3 packaging/llama_cmake_args.py --backend cuda 2>/dev/null)" || ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_CUDA=ON"
+ARGS="$(echo "$ARGS" | sed 's/-DCMAKE_CUDA_ARCHITECTURES=[^ ]*//') -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_FA=OFF"
+echo "CMake options: $ARGS"
 cmake -S "$SRC/vendor/llama.cpp" -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA=OFF \
-    -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=ON > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 4; }
+    -DLLAMA_OPENSSL=OFF $ARGS > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 4; }
 t "build llama-bench and the libraries"
 cmake --build /tmp/b -j16 --target llama-bench llama > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 4; }
 ls /tmp/b/bin
@@ -82,5 +85,5 @@ if __name__ == "__main__":
           f"median ratio {statistics.median(ratios):.3f} (goal >= 0.97)")
     client.shutdown()
 PY
-python3 /tmp/decode_vs_llama_bench.py
+python3 /tmp/decode_vs_llama_bench.py || tail -30 /tmp/qdhome/logs/quantdesk.log
 t "done"
