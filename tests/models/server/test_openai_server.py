@@ -53,6 +53,11 @@ def test_models_lists_the_library_with_its_context_per_slot(client, server):
     model = models[0].model_dump()
     assert model["context_per_slot"] == 1024 and model["owned_by"] == "quantdesk"
     assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    client.chat.completions.create(**dict(GREEDY, max_tokens=1))  # loads it
+    status = server.models_status()
+    assert [(s.id, s.loaded, s.context_per_slot, s.active_requests) for s in status] == \
+        [(MODEL_ID, True, 1024, 0)]
+    assert status[0].slots >= 1 and client.models.list().data[0].model_dump()["loaded"]
 
 
 def test_chat_reply_equals_the_engine_client_reply_token_for_token(client, server, greedy_text):
