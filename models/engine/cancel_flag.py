@@ -9,14 +9,22 @@ a native function: C's ``strlen`` on the flag's two bytes, ``[flag, 0]``. It ret
 (do not abort) while the flag is 0 and 1 (abort) once it is 1 — exactly a
 ``bool (*)(void *)`` for that buffer, with no Python involved, so it costs nothing.
 
-Layout of the shared memory (a :func:`multiprocessing.RawArray`, set by the client, read
-by the engine and by llama.cpp)::
+Several replies can run at once (continuous batching), and cancelling one must not stop
+the others, so each request in flight has a *lane*: a byte of its own. Layout of the
+shared memory (a :func:`multiprocessing.RawArray`, set by the client, read by the engine
+and, for byte 0, by llama.cpp)::
 
-    byte 0: 1 = cancel requested, 0 = run on
+    byte 0: 1 = abort the computation in progress, 0 = run on
     byte 1: always 0 (the terminator strlen stops at)
+    byte 2 + lane: 1 = the request on that lane is cancelled
+
+The client sets a lane's byte, then byte 0. llama.cpp aborts the batch in progress (all
+the sequences in it); the engine clears byte 0, reads the lanes, ends the cancelled
+requests and decodes the others again. A lane set after the engine read them comes with
+byte 0 set again, so it is seen at the next batch.
 
 After an abort llama.cpp removes the unfinished batch from the KV cache and
-``llama_decode`` returns 2; the engine ends the reply as cancelled.
+``llama_decode`` returns 2; the engine ends the cancelled replies as cancelled.
 """
 
 from __future__ import annotations
@@ -30,27 +38,49 @@ from typing import Any, Optional
 log = logging.getLogger(__name__)
 
 
+MAX_LANES = 256  # requests in flight at once per engine
+
+
 class CancelFlag:
-    """A one-byte flag in memory shared with the engine process.
+    """Cancel bytes in memory shared with the engine process: one abort byte and a lane
+    per request in flight.
 
     Args:
         context: The multiprocessing context that starts the engine (``spawn``).
+        lanes: How many requests can be in flight at once.
     """
 
-    def __init__(self, context: Any) -> None:
-        self.shared = context.RawArray(ctypes.c_ubyte, 2)  # zero-filled: not cancelled
+    def __init__(self, context: Any, lanes: int = MAX_LANES) -> None:
+        self.lanes = lanes
+        self.shared = context.RawArray(ctypes.c_ubyte, 2 + lanes)  # zero-filled
 
-    def set(self) -> None:
-        """Ask the engine to stop the current reply."""
+    def set(self, lane: Optional[int] = None) -> None:
+        """Cancel the request on ``lane`` (every lane when ``None``), stopping llama.cpp's
+        computation in progress."""
+        if lane is None:
+            for index in range(self.lanes):
+                self.shared[2 + index] = 1
+        else:
+            self.shared[2 + lane] = 1
         self.shared[0] = 1
 
-    def clear(self) -> None:
-        """Before a new request: run on."""
-        self.shared[0] = 0
+    def clear(self, lane: int) -> None:
+        """Before a new request on ``lane``: run on."""
+        self.shared[2 + lane] = 0
 
-    def is_set(self) -> bool:
-        """Whether cancel was asked for."""
-        return self.shared[0] != 0
+    def is_set(self, lane: int) -> bool:
+        """Whether the request on ``lane`` was cancelled."""
+        return self.shared[2 + lane] != 0
+
+
+def lane_cancelled(shared: Any, lane: int) -> bool:
+    """In the engine: whether the request on ``lane`` was cancelled."""
+    return shared[2 + lane] != 0
+
+
+def take_abort(shared: Any) -> None:
+    """In the engine, before reading the lanes: llama.cpp may run on."""
+    shared[0] = 0
 
 
 def _native_strlen() -> Optional[int]:

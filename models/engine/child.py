@@ -2,9 +2,14 @@
 
 This module runs in the child process started by
 :class:`~models.engine.client.EngineClient`. It owns at most one
-:class:`~models.engine.runtime.LoadedModel`, answers one request at a time, and reports
-every failure it can catch as an ``error`` event; the ones it cannot catch (a segfault or
-``GGML_ASSERT`` abort in llama.cpp) end the process, which the client notices.
+:class:`~models.engine.runtime.LoadedModel` and its
+:class:`~models.engine.batching.BatchScheduler`. ``chat`` requests (each with an ``id``
+its events carry back) go to the scheduler, which generates several at once; while it has
+work, the loop reads new requests between its steps without waiting, so requests join and
+cancels land between two tokens. Other requests (load, unload, stats...) are answered at
+once, one at a time, with events that carry no ``id``. Every failure it can catch is an
+``error`` event; the ones it cannot catch (a segfault or ``GGML_ASSERT`` abort in
+llama.cpp) end the process, which the client notices.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ def _load_report(model: Any) -> dict:
         "offload": model.offload.to_dict(),
         "load_seconds": model.load_seconds,
         "context_length": model.n_ctx,
+        "parallel": model.parallel,
         "template": model.template_name,
         "backends": backend_names(),
         "pid": os.getpid(),
@@ -50,20 +56,35 @@ def _progress_sender(conn: Any):
     return send
 
 
-def _handle(request: dict, state: dict, conn: Any) -> dict:
-    """Serve one request; return the final event (deltas are sent as they come)."""
+def _close_model(state: dict) -> None:
+    scheduler = state.pop("scheduler", None)
+    if scheduler is not None:
+        scheduler.close()
+    model = state.get("model")
+    if model is not None:
+        model.close()
+        state["model"] = None
+
+
+def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
+    """Serve one request; return its final event (``None`` for a queued chat, whose
+    events the scheduler sends)."""
+    from models.engine.batching import BatchScheduler
     from models.engine.cancel_flag import install_abort_hook
-    from models.engine.options import ChatOptions
     from models.engine.runtime import LoadedModel
     from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
     from models.engine.settings import LoadSettings
 
     op = request["op"]
     model: Optional[LoadedModel] = state.get("model")
+    if op == "chat":
+        scheduler = state.get("scheduler")
+        if scheduler is None:
+            raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
+        scheduler.submit(request)
+        return None
     if op == "load":
-        if model is not None:
-            model.close()
-            state["model"] = None
+        _close_model(state)
         settings = LoadSettings.from_dict(request["settings"])
         model = LoadedModel(request["path"], settings, state["log_capture"],
                             on_progress=_progress_sender(conn))
@@ -73,45 +94,77 @@ def _handle(request: dict, state: dict, conn: Any) -> dict:
         model.self_test()
         model.abort_hook = install_abort_hook(model.llm.ctx, state["cancel"])
         state["model"] = model
+        store = SessionStore.default(request.get("session_cap_bytes", DEFAULT_CAP_BYTES))
+        state["scheduler"] = BatchScheduler(
+            model, state["cancel"], conn.send,
+            cache_ram_bytes=request.get("prompt_cache_bytes", 1 << 30), session_store=store)
         report = _load_report(model)
         log.info("loaded %s: %s", model.path, model.offload.summary())
         return {"event": "loaded", "report": report}
-    if op == "chat":
+    if op == "count_tokens":
         if model is None:
             raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
-        conversation_id = request.get("conversation_id")
-        store = SessionStore.default(request.get("session_cap_bytes", DEFAULT_CAP_BYTES)) \
-            if conversation_id is not None else None
-        stats = model.chat(
-            request["messages"], ChatOptions.from_dict(request["options"]),
-            cancelled=lambda: state["cancel"][0] != 0,
-            emit=lambda text: conn.send({"event": "delta", "text": text}),
-            conversation_id=conversation_id, store=store,
-        )
-        if store is not None:
-            # Saved once the reply is sent, so the save never delays the reply.
-            state["after_reply"] = lambda: model.save_session(store, conversation_id)
-        return {"event": "done", "stats": stats.to_dict()}
+        prompt = request.get("prompt")
+        text = prompt if prompt is not None else model.render(request["messages"])
+        return {"event": "count", "tokens": len(model.tokenize_prompt(text))}
     if op == "delete_session":
+        scheduler = state.get("scheduler")
+        for slot in scheduler.slots if scheduler is not None else ():
+            if slot.conversation_id == request["conversation_id"]:
+                slot.conversation_id = None  # the cache no longer stands for a saved state
         if model is not None and model.conversation_id == request["conversation_id"]:
-            model.conversation_id = None  # the cache no longer stands for a saved state
+            model.conversation_id = None
         deleted = SessionStore.default().delete(request["conversation_id"])
         return {"event": "ok", "deleted": deleted}
     if op == "unload":
-        if model is not None:
-            model.close()
-            state["model"] = None
+        _close_model(state)
         return {"event": "ok"}
     if op == "stats":
         if model is None:
             return {"event": "stats", "stats": {"loaded": False, "pid": os.getpid()}}
+        scheduler = state["scheduler"]
         return {"event": "stats", "stats": {
             "loaded": True, "pid": os.getpid(), "path": model.path,
-            "kv_cache_tokens": model.llm.n_tokens, "context_length": model.n_ctx,
+            "kv_cache_tokens": sum(len(s.tokens) for s in scheduler.slots),
+            "context_length": model.n_ctx, "parallel": model.parallel,
+            "active_slots": sum(s.reply is not None for s in scheduler.slots),
+            "waiting": len(scheduler.waiting), "prompt_cache_entries": len(scheduler.cache),
+            "prompt_cache_hits": scheduler.cache.hits,
         }}
     if op == "shutdown":
         return {"event": "ok"}
     raise ValueError(f"unknown engine request {op!r}")
+
+
+def _serve(request: dict, state: dict, conn: Any) -> bool:
+    """Handle one request and send its answer; False when the loop must end."""
+    try:
+        reply = _handle(request, state, conn)
+    except QuantDeskError as exc:
+        log.info("engine request %s refused: %s", request.get("op"), exc.user_message)
+        reply = {"event": "error", "what": exc.what, "fix": exc.fix}
+    except Exception as exc:  # a bug: report it to the client, keep serving
+        log.exception("engine request %s failed", request.get("op"))
+        reply = {"event": "error", "what": f"The engine failed: {exc!r}.",
+                 "fix": "The log file has the details; please report it."}
+    if reply is None:
+        return True
+    if "id" in request:
+        reply["id"] = request["id"]
+    conn.send(reply)
+    return request.get("op") != "shutdown"
+
+
+def _step(state: dict) -> None:
+    """One batch of the scheduler; a failure ends the requests in it, not the engine."""
+    scheduler = state["scheduler"]
+    try:
+        scheduler.step()
+    except Exception as exc:  # a bug: every reply in flight gets the sentence
+        log.exception("engine: a batching step failed")
+        scheduler.fail_all(f"The engine failed: {exc!r}.",
+                           "The log file has the details; please report it.")
+    scheduler.run_after_reply()
 
 
 def engine_main(conn: Any, cancel_flag: Any) -> None:
@@ -130,34 +183,20 @@ def engine_main(conn: Any, cancel_flag: Any) -> None:
     setup_logging()
     log.info("engine process %d started", os.getpid())
     state: dict = {"model": None, "log_capture": LlamaLogCapture(), "cancel": cancel_flag}
-    while True:
+    running = True
+    while running:
         try:
-            request = conn.recv()
+            scheduler = state.get("scheduler")
+            if scheduler is not None and scheduler.busy():
+                # Work to do: take what has arrived, then one step.
+                while running and conn.poll():
+                    running = _serve(conn.recv(), state, conn)
+                if running and state.get("scheduler") is not None:
+                    _step(state)
+                continue
+            running = _serve(conn.recv(), state, conn)
         except (EOFError, OSError):
             log.info("engine process %d: the client went away", os.getpid())
             break
-        try:
-            reply = _handle(request, state, conn)
-        except QuantDeskError as exc:
-            log.info("engine request %s refused: %s", request.get("op"), exc.user_message)
-            reply = {"event": "error", "what": exc.what, "fix": exc.fix}
-        except Exception as exc:  # a bug: report it to the client, keep serving
-            log.exception("engine request %s failed", request.get("op"))
-            reply = {"event": "error", "what": f"The engine failed: {exc!r}.",
-                     "fix": "The log file has the details; please report it."}
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
-            break
-        after_reply = state.pop("after_reply", None)
-        if after_reply is not None:
-            try:
-                after_reply()
-            except Exception:  # a failed save only costs a prefill next time
-                log.exception("engine: saving the conversation's state failed")
-        if request.get("op") == "shutdown":
-            break
-    model = state.get("model")
-    if model is not None:
-        model.close()
+    _close_model(state)
     log.info("engine process %d stopped", os.getpid())

@@ -1,19 +1,24 @@
 """The engine client: a small thread-safe handle on the engine process.
 
 :class:`EngineClient` starts the engine process on first use, sends it requests and turns
-its events into return values, streamed text and exceptions. One request runs at a time
-(a lock serialises them; :meth:`EngineClient.cancel` needs no lock, so a GUI thread can
-cancel a reply another thread is streaming). When the process dies, the request in
-flight raises :class:`EngineCrashed` — with the text streamed so far kept on the
-exception — and the next request starts a fresh process and reloads the last model.
+its events into return values, streamed text and exceptions. Replies can be streamed by
+several threads at once: each has a request id, and a reader thread hands the engine's
+events to the reply they belong to, while the engine generates them together
+(``batching.py``). Loads, unloads and the other requests are serialised by a lock.
+:meth:`ChatReply.cancel` stops one reply and :meth:`EngineClient.cancel` all of them,
+without the lock, so a GUI thread can cancel a reply another thread is streaming. When
+the process dies, every request in flight raises :class:`EngineCrashed` — with the text
+streamed so far kept on the exception — and the next request starts a fresh process and
+reloads the last model.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import multiprocessing
-import multiprocessing.connection
+import queue
 import signal
 import threading
 import time
@@ -62,6 +67,7 @@ class LoadReport:
     template: str
     backends: list[str]
     safe_kernels_fallback: bool = False
+    parallel: int = 1
 
     def summary(self) -> str:
         """A line for the user."""
@@ -87,21 +93,26 @@ def _exit_description(exitcode: Optional[int]) -> str:
 class ChatReply:
     """A reply being streamed: iterate for text deltas; then read ``text`` and ``stats``.
 
-    Iterating holds the client's request lock until the reply ends; leaving the loop
-    early (``break``, an exception) cancels the reply and waits for the engine to stop.
+    Several replies can be iterated at once, from different threads. Leaving the loop
+    early (``break``, an exception) cancels the reply; the engine stops it at its next
+    step and frees its slot.
     """
 
-    def __init__(self, client: "EngineClient", messages: list[dict], options: ChatOptions,
-                 conversation_id: Optional[str] = None) -> None:
+    def __init__(self, client: "EngineClient", messages: Optional[list[dict]],
+                 options: ChatOptions, conversation_id: Optional[str] = None,
+                 prompt: Optional[str] = None) -> None:
         self._client = client
         self._messages = messages
         self._options = options
+        self._prompt = prompt
         self.conversation_id = conversation_id
         self.text = ""
+        self.logprobs: list[dict] = []
         self.stats: Optional[ChatStats] = None
         self.started: Optional[float] = None
         self.first_delta_at: Optional[float] = None
         self.cancel_requested = False
+        self._lane: Optional[int] = None
 
     @property
     def stop_reason(self) -> str:
@@ -128,10 +139,21 @@ class ChatReply:
                                  "Generate it again, perhaps with a larger token limit.")
         return self.text if self._options.response_format == "grammar" else json.loads(self.text)
 
+    def logprobs_since(self, index: int) -> list[dict]:
+        """Per-token log-probabilities that arrived after the first ``index`` ones."""
+        return self.logprobs[index:]
+
     def cancel(self) -> None:
-        """Stop the reply (even before it starts); the text generated so far is kept."""
+        """Stop this reply (even before it starts); the text generated so far is kept."""
         self.cancel_requested = True
-        self._client.cancel()
+        lane = self._lane
+        if lane is not None:
+            self._client._cancel.set(lane)
+
+    def close(self) -> None:
+        """Stop the reply when the caller no longer reads it (as leaving the loop does)."""
+        if self.stats is None:
+            self.cancel()
 
     def __iter__(self) -> Iterator[str]:
         return self._client._stream(self)
@@ -144,6 +166,101 @@ class ChatReply:
         return self
 
 
+_CRASHED = {"event": "_crashed"}  # put in every waiting queue when the engine process dies
+
+
+class _EngineProcess:
+    """One engine process, its pipe, and the reader thread that routes its events.
+
+    Events with an ``id`` go to that request's queue, others to the ``control`` queue.
+    When the pipe ends (the process died), every queue gets ``_CRASHED``.
+    """
+
+    def __init__(self, mp: Any, cancel_shared: Any) -> None:
+        from models.engine.child import engine_main
+
+        parent_end, child_end = mp.Pipe(duplex=True)
+        self.process = mp.Process(target=engine_main, args=(child_end, cancel_shared),
+                                  name="quantdesk-engine", daemon=True)
+        self.process.start()
+        child_end.close()  # so that the child's death closes the pipe for us
+        self.conn = parent_end
+        self.control: "queue.Queue[dict]" = queue.Queue()
+        self.requests: dict[int, "queue.Queue[dict]"] = {}
+        self.abandoned: dict[int, int] = {}  # request id -> lane, freed at its final event
+        self.free_lane: Callable[[int], None] = lambda lane: None
+        self.dead = False
+        self.exitcode: Optional[int] = None
+        self._routes = threading.Lock()
+        self._send = threading.Lock()
+        self.reader = threading.Thread(target=self._read, name="quantdesk-engine-reader",
+                                       daemon=True)
+        self.reader.start()
+
+    def alive(self) -> bool:
+        return not self.dead and self.process.is_alive()
+
+    def send(self, request: dict) -> None:
+        with self._send:
+            self.conn.send(request)
+
+    def register(self, request_id: int) -> "queue.Queue[dict]":
+        events: "queue.Queue[dict]" = queue.Queue()
+        with self._routes:
+            if self.dead:
+                events.put(_CRASHED)
+            self.requests[request_id] = events
+        return events
+
+    def forget(self, request_id: int, lane: Optional[int] = None) -> None:
+        """The reader drops this request's later events; ``lane`` is freed at its last."""
+        with self._routes:
+            self.requests.pop(request_id, None)
+            if lane is not None:
+                if self.dead:
+                    self.free_lane(lane)
+                else:
+                    self.abandoned[request_id] = lane
+
+    def _read(self) -> None:
+        while True:
+            try:
+                event = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            request_id = event.get("id")
+            with self._routes:
+                if request_id is None:
+                    target = self.control
+                else:
+                    target = self.requests.get(request_id)
+                    if target is None and event["event"] != "delta":
+                        lane = self.abandoned.pop(request_id, None)
+                        if lane is not None:
+                            self.free_lane(lane)
+            if target is not None:
+                target.put(event)
+        with self._routes:
+            self.dead = True
+            for events in list(self.requests.values()) + [self.control]:
+                events.put(_CRASHED)
+            for lane in self.abandoned.values():
+                self.free_lane(lane)
+            self.abandoned.clear()
+
+    def stop(self, kill: bool = False) -> Optional[int]:
+        """End the process (killed when ``kill``); returns its exit code."""
+        if kill and self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+        self.exitcode = self.process.exitcode
+        return self.exitcode
+
+
 class EngineClient:
     """Runs llama.cpp in a child process and talks to it.
 
@@ -151,16 +268,21 @@ class EngineClient:
         start_timeout: Seconds to wait for a new engine process to answer a load.
         session_cap_bytes: Disk budget of the saved conversation states (``sessions``);
             the least recently used are deleted past it.
+        prompt_cache_bytes: RAM budget of the engine's prompt cache (``prompt_cache``).
     """
 
     def __init__(self, start_timeout: float = 300.0,
-                 session_cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
+                 session_cap_bytes: int = DEFAULT_CAP_BYTES,
+                 prompt_cache_bytes: int = 1 << 30) -> None:
         self.session_cap_bytes = session_cap_bytes
+        self.prompt_cache_bytes = prompt_cache_bytes
         self._mp = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # loads, unloads and other one-at-a-time requests
         self._cancel = CancelFlag(self._mp)
-        self._process: Any = None
-        self._conn: Any = None
+        self._lanes = list(range(self._cancel.lanes))
+        self._lanes_lock = threading.Condition()
+        self._ids = itertools.count(1)
+        self._engine: Optional[_EngineProcess] = None
         self._timeout = start_timeout
         self._loaded: Optional[tuple[GGUFModelInfo, LoadSettings]] = None
         self._model_file: Optional[Path] = None  # being loaded or loaded, for messages
@@ -173,37 +295,32 @@ class EngineClient:
     @property
     def pid(self) -> Optional[int]:
         """The engine process id, or ``None`` when none is running."""
-        return self._process.pid if self._process is not None and self._process.is_alive() else None
+        engine = self._engine
+        return engine.process.pid if engine is not None and engine.alive() else None
 
-    def _start_process(self) -> None:
-        from models.engine.child import engine_main
-
-        parent_end, child_end = self._mp.Pipe(duplex=True)
-        process = self._mp.Process(target=engine_main, args=(child_end, self._cancel.shared),
-                                   name="quantdesk-engine", daemon=True)
-        process.start()
-        child_end.close()  # so that the child's death closes the pipe for us
-        self._process, self._conn = process, parent_end
+    def _start_process(self) -> _EngineProcess:
+        engine = _EngineProcess(self._mp, self._cancel.shared)
+        engine.free_lane = self._free_lane
+        self._engine = engine
         self.processes_started += 1
-        log.info("engine process %d started", process.pid)
+        log.info("engine process %d started", engine.process.pid)
+        return engine
 
-    def _forget_process(self, kill: bool = False) -> Optional[int]:
-        process, self._process = self._process, None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if process is None:
+    def _forget_process(self, kill: bool = False,
+                        engine: Optional[_EngineProcess] = None) -> Optional[int]:
+        """Stop and forget the engine process (``engine``: only if it is still that one)."""
+        with self._lanes_lock:
+            current = self._engine
+            if engine is not None and current is not engine:
+                return engine.exitcode if engine.exitcode is not None else engine.stop()
+            self._engine = None
+        if current is None:
             return None
-        if kill and process.is_alive():
-            process.kill()
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=5)
-        return process.exitcode
+        return current.stop(kill)
 
-    def _crashed(self, phase: str, partial: str = "") -> EngineCrashed:
-        exitcode = self._forget_process()
+    def _crashed(self, phase: str, partial: str = "",
+                 engine: Optional[_EngineProcess] = None) -> EngineCrashed:
+        exitcode = self._forget_process(engine=engine)
         model = self._model_file.name if self._model_file else "the model"
         log.error("engine process %s during %s of %s", _exit_description(exitcode), phase, model)
         if phase in ("load", "selftest"):
@@ -218,31 +335,52 @@ class EngineClient:
             "Send the message again: QuantDesk starts a new engine and reloads the model. "
             "If it keeps happening, the log file has llama.cpp's last words.", phase, partial)
 
-    def _send(self, request: dict, phase: str) -> None:
-        if self._process is None or not self._process.is_alive():
-            self._forget_process()
-            self._start_process()
-        try:
-            self._conn.send(request)
-        except (BrokenPipeError, OSError):
-            raise self._crashed(phase) from None
+    def _running_engine(self) -> _EngineProcess:
+        engine = self._engine
+        if engine is None or not engine.alive():
+            if engine is not None:
+                self._forget_process(engine=engine)
+            engine = self._start_process()
+        return engine
 
-    def _receive(self, phase: str, partial: str = "", timeout: Optional[float] = None) -> dict:
-        ready = multiprocessing.connection.wait([self._conn, self._process.sentinel], timeout)
-        if not ready:
-            self._process.kill()
-            raise self._crashed(phase, partial)
-        if self._conn in ready or self._conn.poll():
-            try:
-                return self._conn.recv()
-            except (EOFError, OSError):
-                pass
-        raise self._crashed(phase, partial)
+    def _send(self, request: dict, phase: str) -> _EngineProcess:
+        engine = self._running_engine()
+        try:
+            engine.send(request)
+        except (BrokenPipeError, OSError):
+            raise self._crashed(phase, engine=engine) from None
+        return engine
+
+    def _receive(self, phase: str, timeout: Optional[float] = None,
+                 engine: Optional[_EngineProcess] = None) -> dict:
+        """The next event without a request id (answers to loads, stats...)."""
+        engine = engine or self._engine
+        try:
+            event = engine.control.get(timeout=timeout)
+        except queue.Empty:
+            engine.process.kill()
+            raise self._crashed(phase, engine=engine) from None
+        if event is _CRASHED:
+            raise self._crashed(phase, engine=engine)
+        return event
 
     @staticmethod
     def _raise_error(event: dict) -> None:
         if event.get("event") == "error":
             raise QuantDeskError(event["what"], event.get("fix"))
+
+    def _take_lane(self) -> int:
+        with self._lanes_lock:
+            while not self._lanes:
+                self._lanes_lock.wait()
+            lane = self._lanes.pop()
+        self._cancel.clear(lane)
+        return lane
+
+    def _free_lane(self, lane: int) -> None:
+        with self._lanes_lock:
+            self._lanes.append(lane)
+            self._lanes_lock.notify()
 
     # -- loading --------------------------------------------------------------------
 
@@ -252,7 +390,7 @@ class EngineClient:
 
         ``progress`` gets :class:`~app.core.jobs.Progress` as llama.cpp reads the tensors
         (stage "Loading", done/total a fraction of 1), then stage "Testing" for the
-        self-test decode.
+        self-test decode. Replies still running on the old model end with an error.
 
         Raises:
             QuantDeskError: Invalid settings, an unreadable file, or llama.cpp refused.
@@ -286,12 +424,13 @@ class EngineClient:
     def _load_once(self, info: GGUFModelInfo, settings: LoadSettings,
                    progress: Optional[ProgressCallback] = None) -> LoadReport:
         self._model_file = info.path
-        self._cancel.clear()
-        self._send({"op": "load", "path": str(info.path), "settings": settings.to_dict()}, "load")
+        engine = self._send({"op": "load", "path": str(info.path), "settings": settings.to_dict(),
+                             "session_cap_bytes": self.session_cap_bytes,
+                             "prompt_cache_bytes": self.prompt_cache_bytes}, "load")
         phase = "load"
         try:
             while True:
-                event = self._receive(phase, timeout=self._timeout)
+                event = self._receive(phase, timeout=self._timeout, engine=engine)
                 if event["event"] == "progress":
                     if progress is not None:
                         progress(Progress(event["fraction"], 1.0, "Loading", info.path.name))
@@ -306,7 +445,7 @@ class EngineClient:
         except BaseException:
             # Interrupted (Ctrl+C) mid-load: the engine's answer would be read as the
             # answer to the next request, so this engine is ended; the next starts clean.
-            self._forget_process(kill=True)
+            self._forget_process(kill=True, engine=engine)
             raise
         self._raise_error(event)
         values = event["report"]
@@ -315,23 +454,28 @@ class EngineClient:
             offload=OffloadReport.from_dict(values["offload"]),
             use_extra_bufts=values["use_extra_bufts"], load_seconds=values["load_seconds"],
             context_length=values["context_length"], template=values["template"],
-            backends=values["backends"])
+            backends=values["backends"], parallel=values.get("parallel", 1))
 
-    def _ensure_model(self) -> None:
-        """After a crash, start a new engine and reload the last model."""
-        if self._loaded is None:
-            raise QuantDeskError("No model is loaded.", "Load a model first.")
-        if self._process is not None and self._process.is_alive():
-            return
-        info, settings = self._loaded
-        log.info("engine: reloading %s in a new engine process", info.path)
-        self.last_load = self._load_with_fallback(info, settings)
+    def _ensure_model(self) -> _EngineProcess:
+        """The engine with the model loaded; after a crash, a new one that reloaded it."""
+        with self._lock:
+            if self._loaded is None:
+                raise QuantDeskError("No model is loaded.", "Load a model first.")
+            engine = self._engine
+            if engine is not None and engine.alive():
+                return engine
+            info, settings = self._loaded
+            log.info("engine: reloading %s in a new engine process", info.path)
+            self.last_load = self._load_with_fallback(info, settings)
+            return self._engine
 
     # -- chatting -------------------------------------------------------------------
 
-    def chat(self, messages: Sequence[dict], options: Optional[ChatOptions] = None,
-             conversation_id: Optional[str | int] = None) -> ChatReply:
-        """Start a reply to ``messages``; iterate the result for text deltas.
+    def chat(self, messages: Optional[Sequence[dict]], options: Optional[ChatOptions] = None,
+             conversation_id: Optional[str | int] = None,
+             prompt: Optional[str] = None) -> ChatReply:
+        """Start a reply to ``messages`` (or to a raw ``prompt``, with no chat template);
+        iterate the result for text deltas. Several replies may stream at once.
 
         With a ``conversation_id``, the engine saves the conversation's KV state after the
         reply, and restores it when the conversation comes back to an engine whose cache
@@ -342,7 +486,12 @@ class EngineClient:
             QuantDeskError: Invalid messages or options (at once), or later while
                 iterating: the engine refused or crashed (:class:`EngineCrashed`).
         """
-        clean = validate_messages(messages)
+        if prompt is not None:
+            if not isinstance(prompt, str) or not prompt:
+                raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
+            clean = None
+        else:
+            clean = validate_messages(messages)
         options = options or ChatOptions()
         context = self.last_load.context_length if self.last_load else None
         validate_options(options, context)
@@ -353,60 +502,81 @@ class EngineClient:
                                  "Load the model again with a draft model, or choose prompt "
                                  "lookup or no speculative decoding.")
         return ChatReply(self, clean, options,
-                         None if conversation_id is None else str(conversation_id))
+                         None if conversation_id is None else str(conversation_id), prompt)
 
     def _stream(self, reply: ChatReply) -> Iterator[str]:
-        with self._lock:
-            finished = False
-            self._ensure_model()
-            self._cancel.clear()
-            if reply.cancel_requested:
-                self._cancel.set()
-            reply.started = time.perf_counter()
-            self._send({"op": "chat", "messages": reply._messages,
-                        "options": reply._options.to_dict(),
-                        "conversation_id": reply.conversation_id,
-                        "session_cap_bytes": self.session_cap_bytes}, "chat")
+        engine = self._ensure_model()
+        lane = self._take_lane()
+        request_id = next(self._ids)
+        events = engine.register(request_id)
+        reply._lane = lane
+        if reply.cancel_requested:
+            self._cancel.set(lane)
+        reply.started = time.perf_counter()
+        finished = False
+        try:
             try:
-                while True:
-                    event = self._receive("chat", reply.text)
-                    if event["event"] == "delta":
-                        if reply.first_delta_at is None:
-                            reply.first_delta_at = time.perf_counter()
-                        reply.text += event["text"]
+                engine.send({"op": "chat", "id": request_id, "lane": lane,
+                             "messages": reply._messages, "prompt": reply._prompt,
+                             "options": reply._options.to_dict(),
+                             "conversation_id": reply.conversation_id,
+                             "session_cap_bytes": self.session_cap_bytes})
+            except (BrokenPipeError, OSError):
+                finished = True
+                raise self._crashed("chat", engine=engine) from None
+            while True:
+                event = events.get()
+                kind = event["event"]
+                if kind == "delta":
+                    if reply.first_delta_at is None:
+                        reply.first_delta_at = time.perf_counter()
+                    if "logprobs" in event:
+                        reply.logprobs.extend(event["logprobs"])
+                    reply.text += event["text"]
+                    if event["text"]:
                         yield event["text"]
-                        continue
-                    finished = True
-                    self._raise_error(event)
-                    reply.stats = self.last_chat = ChatStats(**event["stats"])
-                    return
-            finally:
-                if not finished and self._process is not None:
-                    # The caller left early: stop the engine and read up to its last event.
-                    self._cancel.set()
-                    try:
-                        while self._receive("chat", reply.text)["event"] == "delta":
-                            pass
-                    except EngineCrashed:
-                        pass  # already forgotten; the next request starts a new engine
-                    except BaseException:
-                        self._forget_process(kill=True)  # out of step: start clean next time
-                        raise
+                    continue
+                finished = True
+                if event is _CRASHED:
+                    raise self._crashed("chat", reply.text, engine=engine)
+                self._raise_error(event)
+                reply.stats = self.last_chat = ChatStats(**event["stats"])
+                return
+        finally:
+            reply._lane = None
+            if finished:
+                engine.forget(request_id)
+                self._free_lane(lane)
+            else:  # the caller left early: stop the reply; its lane is freed when it ends
+                self._cancel.set(lane)
+                engine.forget(request_id, lane)
 
     def cancel(self) -> None:
-        """Stop the reply being generated (if any); llama.cpp stops mid-computation."""
+        """Stop every reply being generated (if any); llama.cpp stops mid-computation."""
         self._cancel.set()
 
     # -- the rest -------------------------------------------------------------------
+
+    def count_tokens(self, messages: Optional[Sequence[dict]] = None,
+                     prompt: Optional[str] = None) -> int:
+        """How many tokens the prompt for ``messages`` (or a raw ``prompt``) is."""
+        clean = validate_messages(messages) if prompt is None else None
+        with self._lock:
+            engine = self._ensure_model()
+            self._send({"op": "count_tokens", "messages": clean, "prompt": prompt}, "count")
+            event = self._receive("count", timeout=60, engine=engine)
+            self._raise_error(event)
+            return int(event["tokens"])
 
     def unload(self) -> None:
         """Free the loaded model; the engine process keeps running for the next load."""
         with self._lock:
             self._loaded = None
             self.last_load = None
-            if self._process is not None and self._process.is_alive():
+            engine = self._engine
+            if engine is not None and engine.alive():
                 self._send({"op": "unload"}, "unload")
-                self._raise_error(self._receive("unload", timeout=60))
+                self._raise_error(self._receive("unload", timeout=60, engine=engine))
 
     def delete_session(self, conversation_id: str | int) -> bool:
         """Delete a conversation's saved KV state (when the conversation is deleted).
@@ -415,18 +585,18 @@ class EngineClient:
         Returns False when there was no saved state.
         """
         with self._lock:
-            if self._process is not None and self._process.is_alive():
+            engine = self._engine
+            if engine is not None and engine.alive():
                 self._send({"op": "delete_session", "conversation_id": str(conversation_id)},
                            "delete_session")
-                event = self._receive("delete_session", timeout=60)
+                event = self._receive("delete_session", timeout=60, engine=engine)
                 self._raise_error(event)
                 return bool(event["deleted"])
             return SessionStore.default().delete(str(conversation_id))
 
     def stats(self) -> dict:
-        """The engine's state: process, model, KV-cache fill and the last reply's stats.
-
-        Does not wait for a reply in progress: then the KV-cache figures are missing.
+        """The engine's state: process, model, slots, KV-cache fill and the last reply's
+        stats. Does not wait for a load in progress: then the engine's figures are missing.
         """
         values: dict = {
             "pid": self.pid, "processes_started": self.processes_started,
@@ -435,9 +605,10 @@ class EngineClient:
         }
         if self._lock.acquire(blocking=False):
             try:
-                if self._process is not None and self._process.is_alive():
+                engine = self._engine
+                if engine is not None and engine.alive():
                     self._send({"op": "stats"}, "stats")
-                    values.update(self._receive("stats", timeout=60)["stats"])
+                    values.update(self._receive("stats", timeout=60, engine=engine)["stats"])
             finally:
                 self._lock.release()
         return values
@@ -446,10 +617,11 @@ class EngineClient:
         """Stop the engine process (the client can start a new one later)."""
         self._cancel.set()
         with self._lock:
-            if self._process is not None and self._process.is_alive():
+            engine = self._engine
+            if engine is not None and engine.alive():
                 try:
-                    self._conn.send({"op": "shutdown"})
-                    self._receive("shutdown", timeout=10)
+                    engine.send({"op": "shutdown"})
+                    self._receive("shutdown", timeout=10, engine=engine)
                 except (EngineCrashed, OSError):
                     pass  # it is going away either way
             self._forget_process()

@@ -57,6 +57,14 @@ class ChatOptions:
             schema is refused before generating, with the list of those features.
         fast_forward: Append the text the grammar forces (keys, punctuation, the rest of
             an enum value) without sampling it.
+        presence_penalty: Subtract this from the score of every token already in the
+            reply (OpenAI's meaning); -2 … 2, 0 is off.
+        frequency_penalty: Subtract this times a token's count in the reply; -2 … 2.
+        logprobs: ``None`` for none; k from 0 to 20 to report each picked token's
+            log-probability and the k likeliest alternatives (plain text replies).
+        thinking: A reasoning model thinks before answering (``True``) or answers at once
+            (``False``), through its template's switch (``enable_thinking``); ``None`` is
+            the template's default. Templates without a switch ignore it.
     """
 
     temperature: float = 0.7
@@ -77,6 +85,10 @@ class ChatOptions:
     grammar: str = ""
     allow_unsupported: bool = False
     fast_forward: bool = True
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: Optional[int] = None
+    thinking: Optional[bool] = None
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""
@@ -120,6 +132,10 @@ class ChatStats:
     closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
     valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)
     validation_error: str = ""  # why it did not (a cancelled or cut-off reply, say)
+    # Of completion_tokens, those of the reasoning section (its <think> tags included), as
+    # models.engine.reasoning.ReasoningSplitter counts them; 0 for a reply without one.
+    reasoning_tokens: int = 0
+    reasoning_seconds: float = 0.0  # from the first token to </think> (to the end, unclosed)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -169,6 +185,11 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
     _number("repeat penalty", options.repeat_penalty, 0.0, 10.0, low_open=True,
             hint="Use 1 (off) to 1.3.")
     _integer("repeat window", options.repeat_last_n, 0, 1 << 20, "Use 64.")
+    _number("presence penalty", options.presence_penalty, -2.0, 2.0, hint="Use 0 (off).")
+    _number("frequency penalty", options.frequency_penalty, -2.0, 2.0, hint="Use 0 (off).")
+    if options.logprobs is not None:
+        _integer("top logprobs", options.logprobs, 0, 20,
+                 "Use a number of alternatives from 0 to 20.")
     if options.seed is not None:
         _integer("seed", options.seed, 0, 2**32 - 2, "Use a number from 0 to 4294967294, "
                  "or no seed for a new one each time.")
@@ -190,6 +211,9 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
     _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
              "Use 8; more helps only when replies copy long passages.")
     _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 3.")
+    if options.thinking is not None and not isinstance(options.thinking, bool):
+        raise QuantDeskError("The option thinking must be on, off or the model's default.",
+                             "Choose on, off, or leave it unset.")
     output_constraint(options)
     return options
 

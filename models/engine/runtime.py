@@ -45,6 +45,7 @@ import numpy as np
 from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.draft_model import DraftModel
+from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
@@ -63,11 +64,16 @@ TEST_CRASH_ENV = "QUANTDESK_ENGINE_TEST_CRASH"
 
 @contextlib.contextmanager
 def _model_params_override(use_extra_bufts: bool,
-                           on_progress: Optional[Callable[[float], None]] = None) -> Iterator[None]:
-    """While ``Llama()`` builds its model params, set ``use_extra_bufts`` on them, and
+                           on_progress: Optional[Callable[[float], None]] = None,
+                           parallel: int = 1, cpu_moe_layers: int = 0) -> Iterator[None]:
+    """While ``Llama()`` builds its params, set ``use_extra_bufts`` on the model params,
     llama.cpp's load progress callback (fraction of the tensors read, 0 to 1) when
-    ``on_progress`` is given."""
+    ``on_progress`` is given, and on the context params one sequence per slot, each with a
+    KV cache of its own (``kv_unified`` off: a sequence's attention reads its own cells
+    only, so idle slots' caches cost nothing per token), and for a mixture-of-experts model
+    the tensor overrides that keep the first ``cpu_moe_layers`` layers' experts in RAM."""
     original = llama_low.llama_model_default_params
+    original_context = llama_low.llama_context_default_params
 
     def progress(fraction: float, _user_data) -> bool:
         try:
@@ -81,15 +87,25 @@ def _model_params_override(use_extra_bufts: bool,
     def with_override():
         params = original()
         params.use_extra_bufts = use_extra_bufts
+        keep_experts_on_cpu(params, cpu_moe_layers)
         if callback is not None:
             params.progress_callback = callback  # kept alive by this frame until the load ends
         return params
 
+    def context_with_slots():
+        params = original_context()
+        if parallel > 1:
+            params.n_seq_max = parallel
+            params.kv_unified = False
+        return params
+
     llama_low.llama_model_default_params = with_override
+    llama_low.llama_context_default_params = context_with_slots
     try:
         yield
     finally:
         llama_low.llama_model_default_params = original
+        llama_low.llama_context_default_params = original_context
 
 
 class LoadedModel:
@@ -108,14 +124,15 @@ class LoadedModel:
         mark = log_capture.mark()
         started = time.perf_counter()
         try:
-            with _model_params_override(settings.use_extra_bufts, on_progress):
+            with _model_params_override(settings.use_extra_bufts, on_progress, settings.parallel,
+                                        settings.cpu_moe_layers):
                 self.llm = llama_cpp.Llama(
                     model_path=path,
                     n_gpu_layers=settings.gpu_layers,
                     main_gpu=settings.main_gpu,
                     n_threads=settings.threads,
                     n_threads_batch=settings.batch_threads,
-                    n_ctx=settings.context_length,
+                    n_ctx=settings.context_length * settings.parallel,
                     n_batch=settings.batch_size,
                     n_ubatch=settings.micro_batch_size,
                     flash_attn=settings.flash_attention,
@@ -152,8 +169,10 @@ class LoadedModel:
             # the blocks and the output layer stay on the CPU.
             self.offload.layers_total = llama_low.llama_model_n_layer(self.llm.model) + 1
         self.vocab = llama_low.llama_model_get_vocab(self.llm.model)
-        self.n_ctx = self.llm.n_ctx()
+        self.parallel = settings.parallel
+        self.n_ctx = self.llm.n_ctx() // settings.parallel  # per slot
         self.n_batch = self.llm.n_batch
+        self.n_ubatch = settings.micro_batch_size
         self.bos_id = llama_low.llama_vocab_bos(self.vocab)
         self.eos_id = llama_low.llama_vocab_eos(self.vocab)
         self.bos_text = self._token_text(self.bos_id)
@@ -196,10 +215,12 @@ class LoadedModel:
             self.draft.llm.eval(tokens)
             self.draft.llm.n_tokens = 0
 
-    def render(self, messages: list[dict]) -> str:
-        """The prompt text for ``messages``, ending with the assistant's turn opening."""
+    def render(self, messages: list[dict], thinking: Optional[bool] = None) -> str:
+        """The prompt text for ``messages``, ending with the assistant's turn opening;
+        ``thinking`` turns a reasoning model's thinking on or off (``None``: its default)."""
         return render_chat(self.template, messages, bos_token=self.bos_text,
-                           eos_token=self.eos_text, add_generation_prompt=True)
+                           eos_token=self.eos_text, add_generation_prompt=True,
+                           thinking=thinking)
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Tokens of a rendered prompt; BOS added only if the vocabulary wants it and the
@@ -209,8 +230,15 @@ class LoadedModel:
             add_bos = False
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def _is_end_of_generation(self, token: int) -> bool:
+    def is_end_of_generation(self, token: int) -> bool:
+        """Whether ``token`` ends the model's turn (EOS, end of turn...)."""
         return bool(llama_low.llama_vocab_is_eog(self.vocab, token))
+
+    def sync_cache(self, tokens: list[int], conversation_id: Optional[str]) -> None:
+        """Tell ``Llama`` what sequence 0 holds (the batching loop decodes around it)."""
+        self.llm.input_ids[: len(tokens)] = tokens
+        self.llm.n_tokens = len(tokens)
+        self.conversation_id = conversation_id
 
     def _evaluate(self, tokens: list[int], cancelled: Callable[[], bool]) -> bool:
         """Evaluate ``tokens``; False when cancel aborted it (see ``cancel_flag``)."""
@@ -277,10 +305,14 @@ class LoadedModel:
         log.info("session %s saved: %d tokens in %.3f s", path.name, self.llm.n_tokens,
                  time.perf_counter() - started)
 
-    def chat(self, messages: list[dict], options: ChatOptions, cancelled: Callable[[], bool],
-             emit: Callable[[str], None], conversation_id: Optional[str] = None,
-             store: Optional[SessionStore] = None) -> ChatStats:
-        """Generate a reply, calling ``emit(text)`` for each delta; return its stats.
+    def chat(self, messages: Optional[list[dict]], options: ChatOptions,
+             cancelled: Callable[[], bool], emit: Callable[[str], None],
+             conversation_id: Optional[str] = None, store: Optional[SessionStore] = None,
+             prompt: Optional[str] = None) -> ChatStats:
+        """Generate a reply on sequence 0, calling ``emit(text)`` for each delta; return
+        its stats. The batching loop (``batching.py``) runs plain replies itself and hands
+        the ones that drive decoding their own way (speculative, constrained) here.
+        ``prompt`` is a raw prompt used instead of rendering ``messages``.
 
         With a ``conversation_id`` (and a ``store``), a cache that holds another
         conversation is first replaced by this conversation's saved state when that
@@ -293,7 +325,8 @@ class LoadedModel:
         stats = ChatStats()
         started = time.perf_counter()
         constraint = output_constraint(options)  # a bad schema fails before any work
-        tokens = self.tokenize_prompt(self.render(messages))
+        tokens = self.tokenize_prompt(prompt if prompt is not None
+                                      else self.render(messages, options.thinking))
         stats.prompt_tokens = len(tokens)
         if len(tokens) >= self.n_ctx:
             raise QuantDeskError(
@@ -303,7 +336,7 @@ class LoadedModel:
             )
         if conversation_id is not None and store is not None \
                 and conversation_id != self.conversation_id:
-            has_history = any(m["role"] == "assistant" for m in messages)
+            has_history = any(m["role"] == "assistant" for m in messages or ())
             self._restore_session(store, conversation_id, tokens, has_history, stats)
         self.conversation_id = conversation_id
         reused = self._common_prefix(self.cached_tokens, tokens)
@@ -344,7 +377,7 @@ class LoadedModel:
                 if stats.completion_tokens == 0:
                     first = last
                     stats.time_to_first_token = first - started
-                if not options.ignore_eos and self._is_end_of_generation(token):
+                if not options.ignore_eos and self.is_end_of_generation(token):
                     stats.stop_reason = "stop"
                     break
                 stats.completion_tokens += 1

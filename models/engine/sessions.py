@@ -278,22 +278,22 @@ class SessionStore:
         return evicted
 
 
-def capture_state(ctx) -> ctypes.Array:
-    """The KV state of sequence 0 of a llama.cpp context, as a ctypes byte array."""
+def capture_state(ctx, seq_id: int = 0) -> ctypes.Array:
+    """The KV state of one sequence of a llama.cpp context, as a ctypes byte array."""
     import llama_cpp.llama_cpp as llama_low
 
-    size = llama_low.llama_state_seq_get_size(ctx, 0)
+    size = llama_low.llama_state_seq_get_size(ctx, seq_id)
     buffer = (ctypes.c_uint8 * size)()
-    written = llama_low.llama_state_seq_get_data(ctx, buffer, size, 0)
+    written = llama_low.llama_state_seq_get_data(ctx, buffer, size, seq_id)
     if written != size:
         raise RuntimeError(f"llama_state_seq_get_data wrote {written} of {size} bytes")
     return buffer
 
 
-def restore_state(ctx, payload: bytearray) -> bool:
-    """Load ``payload`` into sequence 0 (replacing it); False when llama.cpp refused it
-    (sequence 0 is then empty)."""
+def restore_state(ctx, payload: bytearray, seq_id: int = 0) -> bool:
+    """Load ``payload`` into one sequence (replacing it); False when llama.cpp refused it
+    (the sequence is then empty)."""
     import llama_cpp.llama_cpp as llama_low
 
     buffer = (ctypes.c_uint8 * len(payload)).from_buffer(payload)
-    return llama_low.llama_state_seq_set_data(ctx, buffer, len(payload), 0) == len(payload)
+    return llama_low.llama_state_seq_set_data(ctx, buffer, len(payload), seq_id) == len(payload)

@@ -105,9 +105,10 @@ class Sampler:
         self._chain = llama_cpp.llama_sampler_chain_init(params)
         self.seed = options.seed if options.seed is not None else random.randrange(2**32 - 1)
         add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
-        if options.repeat_penalty != 1.0:
+        if options.repeat_penalty != 1.0 or options.presence_penalty or options.frequency_penalty:
             add(llama_cpp.llama_sampler_init_penalties(
-                n_vocab, options.repeat_last_n, options.repeat_penalty, 0.0, 0.0))
+                n_vocab, options.repeat_last_n, options.repeat_penalty,
+                options.frequency_penalty, options.presence_penalty))
         if options.temperature == 0:
             add(llama_cpp.llama_sampler_init_greedy())
             return

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import json
 import logging
 import threading
@@ -206,7 +205,7 @@ class ReplyPump:
         reply, seen = self.reply, 0
         try:
             for text in reply:
-                logprobs = getattr(reply, "logprobs", None) or ()
+                logprobs = reply.logprobs
                 fresh, seen = tuple(logprobs[seen:]), len(logprobs)
                 self._put(Event("delta", text, fresh))
             self._put(Event("done", stats=reply.stats))
@@ -507,10 +506,6 @@ class ServerCore:
         """The engine reply (validated at once: a bad option or schema is a 400 here)."""
         try:
             if prompt is not None:
-                if "prompt" not in inspect.signature(entry.client.chat).parameters:
-                    raise ApiError(501, "Raw-prompt completions need a newer engine than this "
-                                        "one; use /v1/chat/completions.",
-                                   code="unsupported_endpoint")
                 return entry.client.chat(None, options, prompt=prompt)
             return entry.client.chat(messages, options)
         except QuantDeskError as exc:

@@ -13,7 +13,6 @@ unloads an adopted engine.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import threading
 import time
@@ -60,7 +59,7 @@ class PooledEngine:
     def slots(self) -> int:
         """Requests the engine decodes together."""
         report = self.client.last_load
-        return int(getattr(report, "parallel", 1) or 1) if report is not None else 1
+        return report.parallel if report is not None else 1
 
     @property
     def context_per_slot(self) -> int:
@@ -75,12 +74,6 @@ class PooledEngine:
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
-
-
-def _supports_parallel() -> bool:
-    from models.engine.settings import LoadSettings
-
-    return "parallel" in LoadSettings.__dataclass_fields__
 
 
 def _fit(path: Path, settings: Any, slots: int):
@@ -105,7 +98,7 @@ class EnginePool:
         client_factory: Makes an engine client (``EngineClient``).
         check_memory: Refuse loads that ``memory_fit`` says will not fit.
         prompt_cache_bytes: RAM for each engine's prompt cache (``None``: the engine's
-            default), where the engine has one.
+            default).
     """
 
     def __init__(self, settings_for: Optional[Callable[[Path], Any]] = None,
@@ -117,8 +110,7 @@ class EnginePool:
         if client_factory is None:
             from models.engine.client import EngineClient as client_factory
 
-            accepted = inspect.signature(client_factory).parameters
-            if prompt_cache_bytes is not None and "prompt_cache_bytes" in accepted:
+            if prompt_cache_bytes is not None:
                 client_factory = functools.partial(client_factory,
                                                    prompt_cache_bytes=prompt_cache_bytes)
         self.settings_for = settings_for
@@ -194,8 +186,7 @@ class EnginePool:
     def _load(self, path: Path) -> Any:
         settings = self.settings_for(path)
         slots = self._slots(path, settings)
-        if _supports_parallel():
-            settings = replace(settings, parallel=slots)
+        settings = replace(settings, parallel=slots)
         client = self.client_factory()
         started = time.perf_counter()
         try:
@@ -210,8 +201,6 @@ class EnginePool:
     def _slots(self, path: Path, settings: Any) -> int:
         """The slots to load with; refuses (with memory_fit's sentence) what cannot fit."""
         choices = (self.parallel,) if self.parallel else DEFAULT_SLOTS
-        if not _supports_parallel():
-            choices = (1,)
         if not self.check_memory:
             return choices[0]
         for attempt in range(2):

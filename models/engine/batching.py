@@ -1,0 +1,514 @@
+"""Continuous batching: several replies generated at once by one model (engine side).
+
+The engine has ``LoadSettings.parallel`` *slots*; slot *i* is llama.cpp sequence *i*, with
+a KV cache of its own of the full per-slot context (``kv_unified`` off: attention of one
+sequence never reads another's cells). Each step builds ONE ``llama_batch``:
+
+- every slot that is generating contributes its last picked token (with logits);
+- slots still reading their prompt fill the rest of the batch with prompt tokens (logits
+  only for a prompt's last token), so a long prompt never stalls the others for long;
+
+then one ``llama_decode`` computes them all, and each slot's own sampler picks its next
+token from its row of logits (``llama_sampler_sample(chain, ctx, row)``). Requests join
+between steps, when a slot is free, in arrival order, and leave when they end; the others
+go on undisturbed.
+
+Prompt reuse. A slot keeps its KV cache after its request; a new request goes to the free
+slot whose cache shares the longest prefix with its prompt, unless the prompt cache
+(``prompt_cache.py``) or the conversation's saved session holds a longer one, which is then
+copied into a slot. A slot's content about to be overwritten is first copied out to the
+prompt cache, so many clients taking turns do not evict each other's conversations.
+
+Cancel. Each request has a lane in the shared cancel memory (``cancel_flag.py``); a
+cancelled request ends before the next step, and llama.cpp's abort callback stops a step
+already running, which is then done again without the cancelled request.
+
+Exclusive requests. Speculative decoding and grammar-constrained output drive the model
+token by token through :class:`~models.engine.runtime.LoadedModel` (their own decode
+patterns); they wait until the running replies end and then have the engine to themselves
+on slot 0. Later requests wait behind them, so arrival order holds.
+
+Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply (the first at once): the
+pipe and the client's wakeups then cost a few per cent less decode speed on a small model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import llama_cpp
+import numpy as np
+
+from app.core.errors import QuantDeskError
+from models.engine.cancel_flag import lane_cancelled, take_abort
+from models.engine.options import ChatOptions, ChatStats, output_constraint
+from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
+from models.engine.reasoning import ReasoningSplitter, prompt_opens_reasoning
+from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
+from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 0.02
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass
+class Slot:
+    """One llama.cpp sequence and what its KV cache holds."""
+
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    conversation_id: Optional[str] = None
+    last_used: float = 0.0
+    reply: Optional["Reply"] = None
+
+
+class Reply:
+    """One request being answered in a slot."""
+
+    def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
+                 model: Any, stats: ChatStats, started: float, opens_reasoning: bool) -> None:
+        self.id = request["id"]
+        self.lane = request["lane"]
+        self.conversation_id = request.get("conversation_id")
+        self.options = options
+        self.prompt = tokens
+        self.slot = slot
+        self.stats = stats
+        self.started = started
+        self.sampler = Sampler(options, model.llm.n_vocab())
+        stats.seed = self.sampler.seed
+        self.decoder = TokenTextDecoder(model.vocab)
+        self.stops = StopFilter(tuple(options.stop) + model.preset_stops)
+        self.next_prompt = len(slot.tokens)  # the first prompt token not in the cache
+        self.pending: Optional[int] = None  # a picked token not yet evaluated
+        self.prefill_end = 0.0
+        self.first_token_at = 0.0
+        self.last_token_at = 0.0
+        self.out_text: list[str] = []
+        self.out_logprobs: list[dict] = []
+        self.last_flush = 0.0
+        self.flushed_once = False
+        # Counts the thinking tokens of a reasoning model; dropped once the answer starts.
+        self.reasoning: Optional[ReasoningSplitter] = ReasoningSplitter(opened=opens_reasoning)
+
+    @property
+    def reading_prompt(self) -> bool:
+        return self.next_prompt < len(self.prompt)
+
+
+class BatchScheduler:
+    """The engine's continuous batching loop over one loaded model.
+
+    Args:
+        model: The :class:`~models.engine.runtime.LoadedModel`.
+        cancel_shared: The shared cancel bytes (``cancel_flag``).
+        send: Sends an event dict to the client.
+        cache_ram_bytes: RAM budget of the prompt cache.
+        session_store: Saved sessions (conversation states and spilled prompt-cache entries).
+    """
+
+    def __init__(self, model: Any, cancel_shared: Any, send: Callable[[dict], None],
+                 cache_ram_bytes: int, session_store: Optional[SessionStore] = None) -> None:
+        self.model = model
+        self.ctx = model.llm.ctx
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        llama_cpp.llama_memory_seq_rm(self.memory, -1, -1, -1)  # the self-test's cells
+        self.cancel = cancel_shared
+        self.send = send
+        self.store = session_store
+        self.cache = PromptCache(cache_ram_bytes, session_store, model.fingerprint)
+        self.slots = [Slot(i) for i in range(model.parallel)]
+        self.waiting: deque[dict] = deque()
+        self.capacity = max(1, min(model.n_batch, model.n_ubatch))
+        self.batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
+        self.n_vocab = model.llm.n_vocab()
+        self.after_reply: list[Callable[[], None]] = []
+
+    def close(self) -> None:
+        """Free the batch and the samplers; requests still here get an error."""
+        self.fail_all("The model was unloaded before the reply was finished.",
+                      "Send the message again.")
+        if self.batch is not None:
+            llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+        self.cache.clear()
+
+    # -- requests in and out ----------------------------------------------------------
+
+    def submit(self, request: dict) -> None:
+        """Queue a ``chat`` request; it is admitted when a slot is free."""
+        if self.store is not None and request.get("session_cap_bytes"):
+            self.store.cap_bytes = request["session_cap_bytes"]  # the client's latest budget
+        self.waiting.append(request)
+
+    def busy(self) -> bool:
+        """Whether a request is running or waiting."""
+        return bool(self.waiting) or any(s.reply is not None for s in self.slots)
+
+    def _error(self, request_id: int, exc: QuantDeskError) -> None:
+        self.send({"event": "error", "id": request_id, "what": exc.what, "fix": exc.fix})
+
+    def fail_all(self, what: str, fix: str) -> None:
+        """End every request with an error (the model is being replaced)."""
+        for slot in self.slots:
+            if slot.reply is not None:
+                reply, slot.reply = slot.reply, None
+                reply.sampler.close()
+                self._error(reply.id, QuantDeskError(what, fix))
+        while self.waiting:
+            self._error(self.waiting.popleft()["id"], QuantDeskError(what, fix))
+
+    def _flush(self, reply: Reply, force: bool = False) -> None:
+        if not reply.out_text and not reply.out_logprobs:
+            return
+        now = time.perf_counter()
+        if not force and reply.flushed_once and now - reply.last_flush < FLUSH_SECONDS:
+            return
+        event = {"event": "delta", "id": reply.id, "text": "".join(reply.out_text)}
+        if reply.out_logprobs:
+            event["logprobs"] = reply.out_logprobs
+            reply.out_logprobs = []
+        reply.out_text = []
+        reply.last_flush, reply.flushed_once = now, True
+        self.send(event)
+
+    def _finish(self, reply: Reply, reason: str) -> None:
+        stats = reply.stats
+        stats.stop_reason = reason
+        if reason != "cancelled" or reply.first_token_at:
+            tail = reply.stops.push(reply.decoder.flush()) + reply.stops.flush()
+            if tail:
+                reply.out_text.append(tail)
+        self._flush(reply, force=True)
+        if reply.first_token_at:
+            stats.decode_seconds = reply.last_token_at - reply.first_token_at
+            decoded = stats.completion_tokens - 1
+            stats.decode_tokens_per_second = decoded / stats.decode_seconds \
+                if decoded > 0 and stats.decode_seconds > 0 else 0.0
+        if reply.reasoning is not None and reply.reasoning.had_reasoning:
+            reply.reasoning.finish()  # cut off while thinking: all of it was reasoning
+            stats.reasoning_seconds = reply.reasoning.seconds or 0.0
+        reply.sampler.close()
+        slot = reply.slot
+        slot.reply, slot.last_used = None, time.monotonic()
+        slot.conversation_id = reply.conversation_id
+        self.send({"event": "done", "id": reply.id, "stats": stats.to_dict()})
+        if reply.conversation_id is not None and self.store is not None and slot.tokens:
+            tokens, seq, cid = list(slot.tokens), slot.seq_id, reply.conversation_id
+            self.after_reply.append(lambda: self._save_session(seq, tokens, cid))
+
+    def _save_session(self, seq_id: int, tokens: list[int], conversation_id: str) -> None:
+        slot = self.slots[seq_id]
+        if slot.reply is not None or slot.tokens != tokens:
+            return  # the slot moved on before its state could be saved
+        started = time.perf_counter()
+        self.store.save(conversation_id, self.model.fingerprint, tokens,
+                        capture_state(self.ctx, seq_id))
+        log.info("session %s saved: %d tokens in %.3f s", conversation_id, len(tokens),
+                 time.perf_counter() - started)
+
+    def run_after_reply(self) -> None:
+        """Saves that wait until the replies are sent (called by the engine loop)."""
+        while self.after_reply:
+            try:
+                self.after_reply.pop(0)()
+            except Exception:  # a failed save only costs a prefill next time
+                log.exception("engine: saving a conversation's state failed")
+
+    # -- admission --------------------------------------------------------------------
+
+    @staticmethod
+    def is_exclusive(options: ChatOptions) -> bool:
+        """Requests that drive the model their own way and need it alone."""
+        return options.speculative != "off" or options.response_format != "text"
+
+    def _admit(self) -> None:
+        while self.waiting:
+            free = [s for s in self.slots if s.reply is None]
+            if not free:
+                return
+            request = self.waiting[0]
+            try:
+                options = ChatOptions.from_dict(request["options"])
+                if self.is_exclusive(options):
+                    if len(free) < len(self.slots):
+                        return  # waits for the running replies to end
+                    self.waiting.popleft()
+                    self._run_exclusive(request, options)
+                    continue
+                self.waiting.popleft()
+                self._start(request, options, free)
+            except QuantDeskError as exc:
+                self._error(request["id"], exc)
+
+    def _tokens_of(self, request: dict, options: ChatOptions) -> tuple[list[int], str]:
+        """The prompt's tokens and text (rendered from the messages, or raw)."""
+        model = self.model
+        prompt = request.get("prompt")
+        text = prompt if prompt is not None else model.render(request["messages"],
+                                                               options.thinking)
+        tokens = model.tokenize_prompt(text)
+        if not tokens:
+            raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
+        if len(tokens) >= model.n_ctx:
+            raise QuantDeskError(
+                f"The conversation is {len(tokens)} tokens long, more than the "
+                f"{model.n_ctx}-token context the model was loaded with.",
+                "Start a new conversation, or load the model with a larger context length.")
+        return tokens, text
+
+    def _start(self, request: dict, options: ChatOptions, free: list[Slot]) -> None:
+        started = time.perf_counter()
+        stats = ChatStats()
+        tokens, text = self._tokens_of(request, options)
+        stats.prompt_tokens = len(tokens)
+        slot = self._place(tokens, request, free, stats)
+        reused = min(common_prefix(slot.tokens, tokens), len(tokens) - 1)
+        if reused < len(slot.tokens):
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, reused, -1)
+            del slot.tokens[reused:]
+        stats.prompt_tokens_reused = reused
+        stats.prompt_tokens_evaluated = len(tokens) - reused
+        reply = Reply(request, options, tokens, slot, self.model, stats, started,
+                      prompt_opens_reasoning(text))
+        slot.reply = reply
+
+    def _place(self, tokens: list[int], request: dict, free: list[Slot],
+               stats: ChatStats) -> Slot:
+        """The free slot for ``tokens``, holding the longest known prefix of them."""
+        best = max(free, key=lambda s: (common_prefix(s.tokens, tokens), -len(s.tokens),
+                                        -s.last_used))
+        best_len = common_prefix(best.tokens, tokens)
+        conversation_id = request.get("conversation_id")
+        saved, saved_len = None, 0
+        if conversation_id is not None and self.store is not None and \
+                not any(s.conversation_id == conversation_id for s in free):
+            try:
+                saved = self.store.open(conversation_id, self.model.fingerprint)
+                if saved is not None:
+                    saved_len = common_prefix(saved.tokens, tokens)
+            except SessionUnusable as exc:
+                stats.session_notice = exc.notice
+            if saved is None and not stats.session_notice and \
+                    any(m.get("role") == "assistant" for m in request.get("messages") or ()):
+                stats.session_notice = ("This conversation has no saved state; it was read "
+                                        "again from its start.")
+        entry, entry_len = self.cache.best_match(tokens)
+        if max(saved_len, entry_len) <= best_len:
+            self._stash(best, keep=best_len)
+            return best
+        victim = min(free, key=lambda s: (len(s.tokens) > 0, s.last_used))
+        self._stash(victim, keep=0)
+        if saved_len >= entry_len:
+            try:
+                payload = saved.read_payload()
+            except SessionUnusable as exc:
+                stats.session_notice = exc.notice
+                return victim
+            restored_tokens = saved.tokens
+        else:
+            payload = self.cache.payload(entry)
+            restored_tokens = entry.tokens
+        if payload is None or not restore_state(self.ctx, bytearray(payload), victim.seq_id):
+            llama_cpp.llama_memory_seq_rm(self.memory, victim.seq_id, -1, -1)
+            victim.tokens = []
+            if saved_len >= entry_len:
+                stats.session_notice = ("llama.cpp refused the saved state of this conversation; "
+                                        "it was read again from its start.")
+            return victim
+        victim.tokens = list(restored_tokens)
+        if saved_len >= entry_len:
+            stats.session_restored = True
+            self.store.touch(conversation_id)
+        return victim
+
+    def _stash(self, slot: Slot, keep: int) -> None:
+        """Before ``slot`` keeps only ``keep`` tokens: copy its content to the prompt cache
+        when that loses enough to be worth keeping."""
+        if len(slot.tokens) - keep >= MIN_TOKENS:
+            self.cache.add(list(slot.tokens), bytes(capture_state(self.ctx, slot.seq_id)))
+        if keep == 0 and slot.tokens:
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+            slot.tokens = []
+        slot.conversation_id = None
+
+    # -- exclusive requests -------------------------------------------------------------
+
+    def _run_exclusive(self, request: dict, options: ChatOptions) -> None:
+        """Speculative or constrained decoding on slot 0, with the engine to itself."""
+        model, slot = self.model, self.slots[0]
+        for other in self.slots[1:]:
+            # LoadedModel's decode (Llama.eval) clears positions past its prefix in every
+            # sequence: keep the others' content in the prompt cache first.
+            self._stash(other, keep=0)
+        model.sync_cache(slot.tokens, slot.conversation_id)
+        lane = request["lane"]
+        try:
+            stats = model.chat(
+                request.get("messages"), options,
+                cancelled=lambda: lane_cancelled(self.cancel, lane),
+                emit=lambda text: self.send({"event": "delta", "id": request["id"], "text": text}),
+                conversation_id=request.get("conversation_id"), store=self.store,
+                prompt=request.get("prompt"))
+        finally:
+            slot.tokens = model.cached_tokens
+            slot.conversation_id = model.conversation_id
+            slot.last_used = time.monotonic()
+        self.send({"event": "done", "id": request["id"], "stats": stats.to_dict()})
+        conversation_id = request.get("conversation_id")
+        if conversation_id is not None and self.store is not None:
+            self.after_reply.append(lambda: model.save_session(self.store, conversation_id))
+
+    # -- one step -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Admit waiting requests, then decode one batch and pick each reply's next token."""
+        take_abort(self.cancel)
+        for slot in self.slots:
+            if slot.reply is not None and lane_cancelled(self.cancel, slot.reply.lane):
+                self._finish(slot.reply, "cancelled")
+        if any(lane_cancelled(self.cancel, r["lane"]) for r in self.waiting):
+            for request in [r for r in self.waiting if lane_cancelled(self.cancel, r["lane"])]:
+                self.waiting.remove(request)  # cancelled before it had a slot
+                self.send({"event": "done", "id": request["id"],
+                           "stats": ChatStats(stop_reason="cancelled").to_dict()})
+        self._admit()
+        active = [s.reply for s in self.slots if s.reply is not None]
+        if not active:
+            return
+        batch, n, rows = self.batch, 0, []
+        for reply in active:  # generating replies first: one token each
+            if not reply.reading_prompt:
+                self._put(n, reply.pending, len(reply.slot.tokens), reply.slot.seq_id, True)
+                rows.append((reply, n, 1))
+                n += 1
+        for reply in active:  # then prompts, as much as fits
+            if reply.reading_prompt and n < self.capacity:
+                count = min(len(reply.prompt) - reply.next_prompt, self.capacity - n)
+                start = len(reply.slot.tokens)
+                for i in range(count):
+                    last = reply.next_prompt + i == len(reply.prompt) - 1
+                    self._put(n + i, reply.prompt[reply.next_prompt + i], start + i,
+                              reply.slot.seq_id, last)
+                rows.append((reply, n + count - 1, count))
+                n += count
+        batch.n_tokens = n
+        code = llama_cpp.llama_decode(self.ctx, batch)
+        if code != 0:
+            self._failed_step(rows, code)
+            return
+        now = time.perf_counter()
+        for reply, row, count in rows:
+            slot = reply.slot
+            if reply.reading_prompt:
+                end = reply.next_prompt + count
+                slot.tokens.extend(reply.prompt[reply.next_prompt:end])
+                reply.next_prompt = end
+                if reply.reading_prompt:
+                    continue
+                reply.prefill_end = now
+                stats = reply.stats
+                stats.prefill_seconds = now - reply.started
+                stats.prefill_tokens_per_second = \
+                    stats.prompt_tokens_evaluated / max(stats.prefill_seconds, 1e-9)
+            else:
+                slot.tokens.append(reply.pending)
+            self._pick(reply, row, now)
+
+    def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
+        batch = self.batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = logits
+
+    def _failed_step(self, rows: list, code: int) -> None:
+        """llama_decode did not finish: cancelled (2), or a real failure."""
+        for reply, _, _ in rows:  # whatever of this batch reached the cache goes again
+            slot = reply.slot
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, len(slot.tokens), -1)
+        if code == 2:  # aborted: the cancelled replies end at the next step, others retry
+            return
+        for reply, _, _ in rows:
+            slot = reply.slot
+            slot.reply = None
+            reply.sampler.close()
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+            slot.tokens = []
+            self._error(reply.id, QuantDeskError(
+                f"llama.cpp failed to evaluate the conversation (llama_decode returned {code}).",
+                "Send the message again; if it keeps failing, reload the model with a "
+                "smaller context or fewer slots."))
+
+    def _pick(self, reply: Reply, row: int, now: float) -> None:
+        """Sample the reply's next token from its row of logits and handle it."""
+        token = reply.sampler.sample(self.ctx, row)
+        stats, options = reply.stats, reply.options
+        reply.last_token_at = now
+        if not reply.first_token_at:
+            reply.first_token_at = now
+            stats.time_to_first_token = now - reply.started
+        if not options.ignore_eos and self.model.is_end_of_generation(token):
+            self._finish(reply, "stop")
+            return
+        stats.completion_tokens += 1
+        stats.decode_passes += 1
+        if options.logprobs is not None:
+            reply.out_logprobs.append(self._logprobs(reply, row, token, options.logprobs))
+        piece = reply.decoder.feed(token)
+        if reply.reasoning is not None:
+            self._count_reasoning(reply, piece)
+        text = reply.stops.push(piece)
+        if text:
+            reply.out_text.append(text)
+        if reply.stops.stopped:
+            self._finish(reply, "stop_string")
+            return
+        if stats.completion_tokens >= options.max_tokens:
+            self._finish(reply, "length")
+            return
+        if len(reply.slot.tokens) + 1 >= self.model.n_ctx:
+            self._finish(reply, "context_full")
+            return
+        reply.pending = token
+        self._flush(reply)
+
+    @staticmethod
+    def _count_reasoning(reply: Reply, piece: str) -> None:
+        splitter = reply.reasoning
+        splitter.feed(piece)
+        reply.stats.reasoning_tokens = splitter.reasoning_pieces
+        if splitter.in_answer:  # the rest is answer: stop looking
+            reply.stats.reasoning_seconds = splitter.seconds or 0.0
+            reply.reasoning = None
+
+    def _logprobs(self, reply: Reply, row: int, token: int, top: int) -> dict:
+        """The picked token's log-probability and the ``top`` likeliest alternatives."""
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, row)
+        logits = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).astype(np.float64)
+        peak = logits.max()
+        logsumexp = peak + np.log(np.exp(logits - peak).sum())
+        entry = self._token_entry(reply, token, float(logits[token] - logsumexp))
+        alternatives = []
+        if top > 0:
+            count = min(top, MAX_TOP_LOGPROBS)
+            best = np.argpartition(-logits, count)[:count]
+            best = best[np.argsort(-logits[best])]
+            alternatives = [self._token_entry(reply, int(t), float(logits[t] - logsumexp))
+                            for t in best]
+        entry["top_logprobs"] = alternatives
+        return entry
+
+    @staticmethod
+    def _token_entry(reply: Reply, token: int, logprob: float) -> dict:
+        piece = reply.decoder.piece(token)
+        return {"token": piece.decode("utf-8", "replace"), "bytes": list(piece),
+                "logprob": logprob}
