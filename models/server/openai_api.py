@@ -19,12 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.engine.options import MAX_STOP_STRINGS
+from models.engine.options import MAX_STOP_STRINGS, ChatOptions
 from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
+from models.server.parameters import MAX_INT, Fields, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -141,7 +141,7 @@ def _options_maker(values: dict) -> Callable[[int], Any]:
         fields = dict(values)
         if fields.get("max_tokens") is None:
             fields["max_tokens"] = max(context_per_slot, 1)
-        return build_options(**fields)
+        return ChatOptions(**fields)
     return make
 
 
