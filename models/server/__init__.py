@@ -25,6 +25,10 @@ Modules:
 The window's Server page uses: ``ServerConfig``, ``ServerController`` (``start``,
 ``stop``, ``running``, ``address``, ``add_listener``, ``models_status``), ``EnginePool``
 (``adopt``, ``release``) and ``api_key`` (``load_api_key``, ``generate_api_key``,
-``save_api_key``, ``forget_api_key``), as agreed; ``ServerController`` also takes a
-``library`` (tests pass their own) and has ``close()`` (stop and unload what it loaded).
+``save_api_key``, ``forget_api_key``), as agreed. Additions to that agreement:
+``ServerController`` also takes a ``library`` (tests pass their own), has ``port`` (the
+one bound, when port 0 asked for a free one), ``remove_listener`` and ``close()`` (stop,
+then unload the models the server loaded); ``RequestLogEntry`` also has ``seconds`` (the
+request's whole time) and ``line()``; ``EnginePool`` takes ``prompt_cache_bytes``
+(``ServerConfig.prompt_cache_ram_mb`` reaches it when the controller makes the pool).
 """

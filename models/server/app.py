@@ -21,6 +21,7 @@ browser's preflight is answered before the key check).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import ipaddress
@@ -38,11 +39,12 @@ from starlette.routing import Route
 
 from models.server import openai_api
 from models.server.config import LOOPBACK_NAMES
-from models.server.core import ServerCore, error_response
+from models.server.core import ServerCore, error_response, run_blocking
 from models.server.errors import ApiError, internal_error
 
 log = logging.getLogger(__name__)
 
+WORKER_THREADS = 32
 OPEN_PATHS = ("/health",)  # answered without a key (load balancers, the Server page)
 
 
@@ -149,8 +151,12 @@ def build_app(core: ServerCore) -> Starlette:
             period = max(1.0, min(30.0, core.pool.idle_unload_seconds / 4 or 30.0))
             while True:
                 await asyncio.sleep(period)
-                await asyncio.get_running_loop().run_in_executor(None, core.pool.unload_idle)
+                await run_blocking(core.pool.unload_idle)
 
+        # Model loads and library scans run in the loop's worker threads: more than the
+        # default (CPU count + 4), so a slow load never holds up other requests.
+        asyncio.get_running_loop().set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(WORKER_THREADS, "quantdesk-server-worker"))
         task = asyncio.ensure_future(unload_idle())
         try:
             yield

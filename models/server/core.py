@@ -183,6 +183,7 @@ class ReplyPump:
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.finished = False
+        self.stopped = asyncio.Event()  # set on the loop once the thread is done
         self.thread = threading.Thread(target=self._run, name="quantdesk-server-reply",
                                        daemon=True)
 
@@ -190,8 +191,11 @@ class ReplyPump:
         self.thread.start()
 
     def _put(self, item: Any) -> None:
+        self._call(self.queue.put_nowait, item)
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            self.loop.call_soon_threadsafe(function, *args)
         except RuntimeError:
             pass  # the server's loop is closed: nobody is listening any more
 
@@ -214,6 +218,7 @@ class ReplyPump:
             self._put(internal_error())
         finally:
             self.finished = True
+            self._call(self.stopped.set)
 
     async def next(self) -> Event:
         """The next event; raises the :class:`ApiError` that ended the reply."""
@@ -227,7 +232,7 @@ class ReplyPump:
 
 
 FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length",
-                  "context_full": "length", "cancelled": "stop"}
+                  "context_full": "length"}
 
 
 class Generation:
@@ -255,10 +260,6 @@ class Generation:
         self.logprobs: list = []
         self.stats: Any = None
 
-    @property
-    def context_per_slot(self) -> int:
-        return self.entry.context_per_slot
-
     async def _first_event(self) -> None:
         self._first = await self._pump.next()
         self._log["ttft_seconds"] = time.perf_counter() - self._log["started"]
@@ -277,9 +278,12 @@ class Generation:
                 problem = self.validation_problem()
                 if problem is not None:
                     raise problem
-                if self.core.stopping:
-                    raise ApiError(503, "The server is stopping; this reply was cut short.",
-                                   code="server_stopping")
+                if self.stats is not None and self.stats.stop_reason == "cancelled":
+                    raise ApiError(503, "The server is stopping; this reply was cut short."
+                                   if self.core.stopping else
+                                   "This reply was stopped before it ended (cancelled in "
+                                   "QuantDesk's window, which shares the model's engine).",
+                                   code="cancelled")
                 yield event
                 return
             yield event
@@ -360,10 +364,15 @@ class Generation:
             gate.release()
         else:  # the slot is the engine's until it has stopped this reply
             async def release_when_stopped() -> None:
-                await asyncio.get_running_loop().run_in_executor(None, pump.thread.join)
+                await pump.stopped.wait()
                 gate.release()
 
             asyncio.ensure_future(release_when_stopped())
+
+
+async def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a worker thread, so the event loop keeps serving meanwhile."""
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
 def error_response(error: ApiError) -> Response:
@@ -440,8 +449,7 @@ class ServerCore:
     async def engine(self, model: ServedModel) -> PooledEngine:
         """The model's engine, loading it when needed (in a thread: loads take seconds)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, self.pool.get,
-                                                                    model.path)
+            return await run_blocking(self.pool.get, model.path)
         except QuantDeskError as exc:
             status = 400 if "would not fit" in exc.what else 500
             raise from_quantdesk_error(exc, status, code="model_load_failed",
@@ -465,7 +473,7 @@ class ServerCore:
         if self.stopping:
             raise ApiError(503, "The server is stopping.", code="server_stopping")
         log_fields = log_fields if log_fields is not None else {}
-        model = self.resolve(model_id)
+        model = await run_blocking(self.resolve, model_id)  # may rescan the library
         log_fields["model"] = model.id
         entry = await self.engine(model)
         if callable(options):  # options that depend on the slot's context (max_tokens)

@@ -121,6 +121,7 @@ class EnginePool:
         self._engines: dict[Path, PooledEngine] = {}
         self._lock = threading.Lock()
         self._loading: dict[Path, threading.Lock] = {}
+        self._retired: list[PooledEngine] = []  # replaced while busy: shut down when idle
 
     # -- sharing with the window ------------------------------------------------------
 
@@ -130,15 +131,26 @@ class EnginePool:
         with self._lock:
             previous = self._engines.get(key)
             self._engines[key] = PooledEngine(key, client, owned=False)
-        if previous is not None and previous.owned and previous.client is not client:
-            previous.client.shutdown()
+        if previous is not None and previous.client is not client:
+            self._retire(previous)
 
     def release(self, path: Path | str) -> None:
-        """Stop serving ``path`` from its engine: forget an adopted one, unload an owned one."""
+        """Stop serving ``path`` from its engine: forget an adopted one, unload an owned one
+        (once the requests it is answering have ended)."""
         with self._lock:
             entry = self._engines.pop(Path(path).resolve(), None)
-        if entry is not None and entry.owned:
-            entry.client.shutdown()
+        if entry is not None:
+            self._retire(entry)
+
+    def _retire(self, entry: PooledEngine) -> None:
+        """Shut an owned engine down now, or when its last request ends (``unload_idle``)."""
+        if not entry.owned:
+            return
+        if entry.active or entry.queued:
+            with self._lock:
+                self._retired.append(entry)
+            return
+        entry.client.shutdown()
 
     # -- serving ----------------------------------------------------------------------
 
@@ -164,8 +176,8 @@ class EnginePool:
                 return entry
             with self._lock:
                 stale = self._engines.pop(key, None)
-            if stale is not None and stale.owned:
-                stale.client.shutdown()
+            if stale is not None:
+                self._retire(stale)
             entry = PooledEngine(key, self._load(key), owned=True)
             with self._lock:
                 self._engines[key] = entry
@@ -225,6 +237,10 @@ class EnginePool:
 
     def unload_idle(self, now: Optional[float] = None) -> list[Path]:
         """Unload the models the pool loaded that have been idle past the idle time."""
+        with self._lock:
+            retired, self._retired = self._retired, []
+        for entry in retired:
+            self._retire(entry)
         if not self.idle_unload_seconds:
             return []
         now = time.monotonic() if now is None else now
@@ -241,7 +257,8 @@ class EnginePool:
     def close(self) -> None:
         """Unload every model the pool loaded (adopted engines are left to their owner)."""
         with self._lock:
-            entries, self._engines = list(self._engines.values()), {}
+            entries, self._engines = list(self._engines.values()) + self._retired, {}
+            self._retired = []
         for entry in entries:
             if entry.owned:
                 entry.client.shutdown()

@@ -19,11 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.engine.options import MAX_STOP_STRINGS
+from models.engine.options import MAX_STOP_STRINGS, ChatOptions
 from models.server.catalog import served_models
-from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
+from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
+                                run_blocking)
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
+from models.server.parameters import MAX_INT, Fields, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -140,7 +141,7 @@ def _options_maker(values: dict) -> Callable[[int], Any]:
         fields = dict(values)
         if fields.get("max_tokens") is None:
             fields["max_tokens"] = max(context_per_slot, 1)
-        return build_options(**fields)
+        return ChatOptions(**fields)
     return make
 
 
@@ -287,11 +288,13 @@ def routes(core: ServerCore) -> list[Route]:
                 "name": model.name, "path": str(model.path)}
 
     async def list_models(request: Request, log_fields: dict) -> JSONResponse:
-        models = served_models(core.library, rescan=True)
-        return JSONResponse({"object": "list", "data": [describe(m) for m in models]})
+        models = await run_blocking(served_models, core.library, True)
+        described = await run_blocking(lambda: [describe(m) for m in models])
+        return JSONResponse({"object": "list", "data": described})
 
     async def get_model(request: Request, log_fields: dict) -> JSONResponse:
-        return JSONResponse(describe(core.resolve(request.path_params["model"])))
+        model = await run_blocking(core.resolve, request.path_params["model"])
+        return JSONResponse(await run_blocking(describe, model))
 
     async def chat_completions(request: Request, log_fields: dict):
         body = Fields(await read_json_body(request, core.config.max_body_bytes))

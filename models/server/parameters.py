@@ -1,9 +1,8 @@
 """Reading request fields with sentences for every mistake, and building engine options.
 
 Shared by every dialect: :class:`Fields` reads one JSON object's fields by type and range
-(a wrong type, a huge number, a NaN: a 400 naming the field); :func:`build_options`
-makes the engine's :class:`~models.engine.ChatOptions`; :func:`structured_fields` maps a
-requested output format onto the engine's structured output (``models.structured``),
+(a wrong type, a huge number, a NaN: a 400 naming the field); :func:`structured_fields`
+maps a requested output format onto the engine's structured output (``models.structured``),
 which refuses, before any token, a schema it cannot enforce — never a silent fallback.
 """
 
@@ -113,22 +112,6 @@ class Fields:
         value = self.values.get(name)
         if value is not None and value != unless and value != [] and value != {}:
             raise self._bad(name, f"is not supported: {why}")
-
-
-def build_options(**values: Any) -> Any:
-    """The engine's ChatOptions from these fields.
-
-    A field this engine does not have yet is refused when it asks for something (a
-    non-default value) rather than dropped silently.
-    """
-    from models.engine.options import ChatOptions
-
-    known = ChatOptions.__dataclass_fields__
-    missing = sorted(k for k, v in values.items() if k not in known and v not in (None, 0, 0.0))
-    if missing:
-        raise ApiError(400, f"This QuantDesk engine does not offer {', '.join(missing)} yet.",
-                       param=missing[0], code="unsupported_parameter")
-    return ChatOptions(**{k: v for k, v in values.items() if k in known})
 
 
 def structured_fields(kind: str, schema: Any = None) -> dict:

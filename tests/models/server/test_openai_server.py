@@ -53,6 +53,11 @@ def test_models_lists_the_library_with_its_context_per_slot(client, server):
     model = models[0].model_dump()
     assert model["context_per_slot"] == 1024 and model["owned_by"] == "quantdesk"
     assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    client.chat.completions.create(**dict(GREEDY, max_tokens=1))  # loads it
+    status = server.models_status()
+    assert [(s.id, s.loaded, s.context_per_slot, s.active_requests) for s in status] == \
+        [(MODEL_ID, True, 1024, 0)]
+    assert status[0].slots >= 1 and client.models.list().data[0].model_dump()["loaded"]
 
 
 def test_chat_reply_equals_the_engine_client_reply_token_for_token(client, server, greedy_text):
@@ -371,11 +376,7 @@ def test_a_full_queue_is_429_with_retry_after(server, pool, library):
         busy.stop()
 
 
-def test_completions_take_a_raw_prompt(client, server):
-    import inspect
-
-    if "prompt" not in inspect.signature(_engine(server).client.chat).parameters:
-        pytest.skip("this engine has no raw-prompt completions yet")
+def test_completions_take_a_raw_prompt(client):
     reply = client.completions.create(model=MODEL_ID, prompt="The capital of France is",
                                       max_tokens=4, temperature=0)
     assert reply.choices[0].text and reply.choices[0].finish_reason == "length"
@@ -385,10 +386,6 @@ def test_completions_take_a_raw_prompt(client, server):
 
 
 def test_logprobs_come_with_each_token(client):
-    from models.engine import ChatOptions
-
-    if "logprobs" not in ChatOptions.__dataclass_fields__:
-        pytest.skip("this engine does not report log-probabilities yet")
     reply = client.chat.completions.create(logprobs=True, top_logprobs=2, **GREEDY)
     content = reply.choices[0].logprobs.content
     assert len(content) == reply.usage.completion_tokens

@@ -143,6 +143,17 @@ def test_the_pool_loads_a_model_once_unloads_it_when_idle_and_leaves_adopted_eng
     assert [e.client for e in pool.engines()] == [window]
     pool.release(chatted)
     assert pool.engines() == [] and not window.shut_down
+    # An engine replaced while it answers a request is shut down once that request ends.
+    busy = pool.get(served)
+    busy.active = 1
+    window.load(served, LoadSettings())  # the chat now has this model open
+    pool.adopt(served, window)
+    assert pool.get(served).client is window and not busy.client.shut_down
+    pool.unload_idle()
+    assert not busy.client.shut_down
+    busy.active = 0
+    pool.unload_idle()
+    assert busy.client.shut_down and not window.shut_down
 
 
 @pytest.mark.smollm2
