@@ -168,7 +168,7 @@ def test_four_concurrent_streams_are_all_answered_correctly(client, greedy_text)
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)  # a generous bound: a loaded 2-core machine
     ids = set()
     for chunks in results:
         assert isinstance(chunks, list), chunks
