@@ -48,6 +48,7 @@ from models.engine.draft_model import DraftModel
 from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats, output_constraint
+from models.engine.prompt_cache import common_prefix
 from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state,
                                     session_fingerprint)
@@ -254,15 +255,6 @@ class LoadedModel:
             raise QuantDeskError(f"llama.cpp failed to evaluate the conversation ({exc}).",
                                  "Start a new conversation, or reload the model.") from exc
 
-    @staticmethod
-    def _common_prefix(tokens: list[int], other: list[int]) -> int:
-        count = 0
-        for a, b in zip(tokens, other):
-            if a != b:
-                break
-            count += 1
-        return count
-
     def _restore_session(self, store: SessionStore, conversation_id: str, tokens: list[int],
                          has_history: bool, stats: ChatStats) -> None:
         """Load the conversation's saved state into the KV cache if it beats what is there.
@@ -276,8 +268,8 @@ class LoadedModel:
                     stats.session_notice = ("This conversation has no saved state; it was read "
                                             "again from its start.")
                 return
-            usable = self._common_prefix(saved.tokens, tokens)
-            if usable <= self._common_prefix(self.cached_tokens, tokens) or \
+            usable = common_prefix(saved.tokens, tokens)
+            if usable <= common_prefix(self.cached_tokens, tokens) or \
                     len(saved.tokens) >= self.n_ctx:
                 return  # the cache already holds as much of this conversation
             payload = saved.read_payload()
@@ -339,7 +331,7 @@ class LoadedModel:
             has_history = any(m["role"] == "assistant" for m in messages or ())
             self._restore_session(store, conversation_id, tokens, has_history, stats)
         self.conversation_id = conversation_id
-        reused = self._common_prefix(self.cached_tokens, tokens)
+        reused = common_prefix(self.cached_tokens, tokens)
         reused = min(reused, len(tokens) - 1)  # at least one token must produce logits
         self.llm.n_tokens = reused  # the next eval removes the KV cells after the prefix
         stats.prompt_tokens_reused = reused
