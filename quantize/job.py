@@ -312,7 +312,7 @@ def _prepare_kernels(plans: Sequence[QuantPlan], imatrix: bool, report: Optional
     """Load the compiled block quantizers the plans use, before any tensor is read.
 
     The first use of a type after an install compiles its kernels (Q4_K and Q6_K
-    together: 26 s on this 2-core VM; later jobs load them from the cache in ~0.1 s).
+    together: 26 s on a 2-core x86-64 VM, November 2026; later jobs load them from the cache in ~0.1 s).
     Done here, the user reads "Preparing … the Q4_K quantizer" instead of watching the
     first tensor sit at 0 %, and can cancel between types.
     """
