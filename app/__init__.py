@@ -2,7 +2,8 @@
 
 ``app.core`` is the Qt-free glue that the CLI and the GUI share; ``app.ui`` is the only
 package that imports PySide6. The lower packages ``quantize`` and ``models`` import only
-the leaf modules ``app.core.jobs``, ``app.core.errors`` and ``app.core.paths``.
+the leaf modules ``app.core.jobs``, ``app.core.errors``, ``app.core.paths`` and
+``app.core.system_programs``.
 """
 
 from importlib.metadata import PackageNotFoundError, version as _dist_version
