@@ -12,7 +12,6 @@ import argparse
 from pathlib import Path
 
 from app.core.errors import QuantDeskError
-from app.core.quantize_queue import output_path
 
 
 def default_output(input_path: Path, type_name: str) -> Path:
@@ -20,6 +19,8 @@ def default_output(input_path: Path, type_name: str) -> Path:
 
     The same rule as the Quantize page's default (:func:`app.core.quantize_queue.output_path`).
     """
+    from app.core.quantize_queue import output_path
+
     return output_path(input_path, type_name)
 
 
