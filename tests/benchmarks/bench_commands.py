@@ -53,9 +53,10 @@ sys.exit(status)
 
 
 def timed(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of one process from start to exit, and its stdout."""
+    """Wall seconds of one process from start to exit, and its stdout (run in the work
+    folder, so that ``python -m`` imports the packages its PYTHONPATH names)."""
     start = time.perf_counter()
-    result = subprocess.run(args, env=env, capture_output=True, text=True)
+    result = subprocess.run(args, env=env, capture_output=True, text=True, cwd=env["QUANTDESK_HOME"])
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"{shlex.join(args)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
@@ -124,10 +125,13 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="qd-bench-commands-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, QUANTDESK_HOME=str(workdir / "home"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    quantdesk = shlex.split(args.command) if args.command else [sys.executable, "-m", "app.cli"]
+    (workdir / "home").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, QUANTDESK_HOME=str(workdir / "home"))
+    if args.command:  # as given, with the caller's PYTHONPATH
+        quantdesk = shlex.split(args.command)
+    else:  # this checkout's
+        quantdesk = [sys.executable, "-m", "app.cli"]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     print(f"timing {shlex.join(quantdesk)}; work folder {workdir}")
     bench_startup(quantdesk, env, args.runs)
     if args.skip_quantize:
