@@ -16,6 +16,10 @@ Run: ``.venv/bin/python tests/benchmarks/bench_commands.py [--runs 10] [--repeat
    GB) and SmolLM2-135M-Instruct as F16 (271 MB). Goal: our whole process ≤ 0.5 ×
    ``llama_model_quantize``'s time on the 0.97 GB file.
 
+Beside each wall time the process's CPU time (user + system, all threads) is printed: on a
+machine busy with other work the wall times grow, the CPU times much less, so they show
+what a change saved when the wall times cannot.
+
 Our command runs with ``QUANTDESK_HOME`` in the work folder (its library and kernel cache);
 one run before the timings compiles the kernels into that cache, as the first use after an
 install does. ``--command`` times another ``quantdesk`` executable (an installed or frozen
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -33,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -52,29 +58,41 @@ sys.exit(status)
 """
 
 
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of one process from start to exit, and its stdout (run in the work
-    folder, so that ``python -m`` imports the packages its PYTHONPATH names)."""
+class Run(NamedTuple):
+    wall: float  # seconds from start to exit
+    cpu: float  # user + system seconds of the process (all its threads): what a busy machine adds
+    #             to the wall time by running other work is not in it
+    stdout: str
+
+
+def timed(args: list[str], env: dict[str, str]) -> Run:
+    """One process from start to exit (run in the work folder, so that ``python -m``
+    imports the packages its PYTHONPATH names)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(args, env=env, capture_output=True, text=True, cwd=env["QUANTDESK_HOME"])
-    seconds = time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"{shlex.join(args)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    return seconds, result.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Run(wall, cpu, result.stdout)
 
 
 def bench_startup(quantdesk: list[str], env: dict[str, str], runs: int) -> None:
     commands = {"python -c pass": [sys.executable, "-c", "pass"],
                 "quantdesk --version": [*quantdesk, "--version"]}
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    runs_of: dict[str, list[Run]] = {name: [] for name in commands}
     for _ in range(runs):  # taking turns, so a busy spell falls on both
         for name, args in commands.items():
-            times[name].append(timed(args, env)[0])
+            runs_of[name].append(timed(args, env))
     print(f"\n== Start-up, {runs} fresh processes each (seconds)")
-    print(f"{'command':24s} {'best':>7s} {'median':>7s}")
-    for name, values in times.items():
-        print(f"{name:24s} {min(values):7.3f} {statistics.median(values):7.3f}")
-    print(f"quantdesk --version: best {min(times['quantdesk --version']):.3f} s (goal <= 0.15 s)")
+    print(f"{'command':24s} {'best':>7s} {'median':>7s} {'best CPU':>9s}")
+    for name, values in runs_of.items():
+        walls = [r.wall for r in values]
+        print(f"{name:24s} {min(walls):7.3f} {statistics.median(walls):7.3f} {min(r.cpu for r in values):9.3f}")
+    print(f"quantdesk --version: best {min(r.wall for r in runs_of['quantdesk --version']):.3f} s "
+          f"(goal <= 0.15 s)")
 
 
 def fresh(*paths: Path) -> None:
@@ -92,21 +110,22 @@ def bench_quantize(name: str, src: Path, workdir: Path, quantdesk: list[str], en
     ours_cmd = [*quantdesk, "quantize", str(src), "--type", "Q8_0", "-o", str(ours), "--threads", str(threads)]
     llama_cmd = [sys.executable, "-c", LLAMA_CHILD, str(src), str(ref), str(threads),
                  str(FILE_TYPES["Q8_0"].ftype)]
-    ours_s, llama_s, call_s = [], [], []
+    ours_runs, llama_runs, call_s = [], [], []
     for _ in range(repeats):
         fresh(ref)
-        seconds, out = timed(llama_cmd, env)
-        llama_s.append(seconds)
-        call_s.append(float(out.strip().splitlines()[-1]))
+        llama_runs.append(timed(llama_cmd, env))
+        call_s.append(float(llama_runs[-1].stdout.strip().splitlines()[-1]))
         fresh(ours)
-        ours_s.append(timed(ours_cmd, env)[0])
+        ours_runs.append(timed(ours_cmd, env))
     same = describe_differences(ours, ref) is None
-    best_ours, best_llama, best_call = min(ours_s), min(llama_s), min(call_s)
+    best_ours, best_llama = min(r.wall for r in ours_runs), min(r.wall for r in llama_runs)
+    best_call = min(call_s)
     print(f"\n== Q8_0 of {name} ({src.stat().st_size / 1e9:.2f} GB), {threads} threads, whole processes, "
-          f"best of {repeats} (seconds)")
-    print(f"quantdesk quantize                   {best_ours:7.2f}   (runs: {', '.join(f'{s:.2f}' for s in ours_s)})")
-    print(f"llama_model_quantize, its process    {best_llama:7.2f}   (runs: {', '.join(f'{s:.2f}' for s in llama_s)})")
-    print(f"llama_model_quantize, the call alone {best_call:7.2f}")
+          f"best of {repeats} (seconds; CPU: user + system, all threads)")
+    for label, values in (("quantdesk quantize", ours_runs), ("llama_model_quantize, its process", llama_runs)):
+        print(f"{label:36s} {min(r.wall for r in values):7.2f}   CPU {min(r.cpu for r in values):6.2f}   "
+              f"(runs: {', '.join(f'{r.wall:.2f}' for r in values)})")
+    print(f"{'llama_model_quantize, the call alone':36s} {best_call:7.2f}")
     print(f"ratio ours / llama.cpp: {best_ours / best_call:.2f} of the call (goal <= 0.5), "
           f"{best_ours / best_llama:.2f} of its process; files identical: {'yes' if same else 'NO'}")
     fresh(ours, ref)
@@ -153,8 +172,8 @@ def main() -> int:
             write_dequantized_f16(fetch_smollm2(cached_models_dir()), smollm2)
         inputs.append(("SmolLM2-135M", smollm2))
     warm = workdir / "warm-up-Q8_0.gguf"
-    seconds, _ = timed([*quantdesk, "quantize", str(inputs[-1][1]), "--type", "Q8_0", "-o", str(warm)], env)
-    print(f"\nfirst run (kernels compiled into the work folder's cache, or loaded): {seconds:.1f} s")
+    first = timed([*quantdesk, "quantize", str(inputs[-1][1]), "--type", "Q8_0", "-o", str(warm)], env)
+    print(f"\nfirst run (kernels compiled into the work folder's cache, or loaded): {first.wall:.1f} s")
     fresh(warm)
     for name, path in inputs:
         bench_quantize(name, path, workdir, quantdesk, env, args.threads, args.repeats)
