@@ -1,7 +1,7 @@
 """Benchmark: whole ``quantdesk`` commands, timed from process start to exit as a person runs them.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_commands.py [--runs 10] [--repeats 3]
-[--threads 2] [--layers 8] [--skip-smollm2] [--command quantdesk]``
+[--threads 2] [--layers 8] [--skip-smollm2] [--command quantdesk] [--llama-quantize PATH]``
 
 1. **Start-up**: ``quantdesk --version`` in a fresh process, ``--runs`` times, beside the
    bare interpreter (``python -c pass``) in the same run: best and median seconds. Goal:
@@ -12,7 +12,8 @@ Run: ``.venv/bin/python tests/benchmarks/bench_commands.py [--runs 10] [--repeat
    the same threads. Printed: both processes' wall time (best of ``--repeats`` rounds, the
    two taking turns, each run after ``os.sync()`` with no output file left), the time of the
    ``llama_model_quantize`` call alone, and our process as a ratio of each. The files must be
-   byte-identical. Inputs: a synthetic llama-shaped F16 GGUF of ``--layers`` blocks (8: 0.97
+   byte-identical. With ``--llama-quantize PATH`` (llama.cpp's own ``llama-quantize`` tool,
+   its libraries beside it) that program is timed too, the same way. Inputs: a synthetic llama-shaped F16 GGUF of ``--layers`` blocks (8: 0.97
    GB) and SmolLM2-135M-Instruct as F16 (271 MB). Goal: our whole process ≤ 0.5 ×
    ``llama_model_quantize``'s time on the 0.97 GB file.
 
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -102,7 +103,7 @@ def fresh(*paths: Path) -> None:
 
 
 def bench_quantize(name: str, src: Path, workdir: Path, quantdesk: list[str], env: dict[str, str],
-                   threads: int, repeats: int) -> None:
+                   threads: int, repeats: int, llama_quantize: Optional[Path] = None) -> None:
     from quantize.ftypes import FILE_TYPES
     from tests.quantize.model_files import describe_differences
 
@@ -110,24 +111,40 @@ def bench_quantize(name: str, src: Path, workdir: Path, quantdesk: list[str], en
     ours_cmd = [*quantdesk, "quantize", str(src), "--type", "Q8_0", "-o", str(ours), "--threads", str(threads)]
     llama_cmd = [sys.executable, "-c", LLAMA_CHILD, str(src), str(ref), str(threads),
                  str(FILE_TYPES["Q8_0"].ftype)]
-    ours_runs, llama_runs, call_s = [], [], []
+    tool_cmd = tool_env = None
+    if llama_quantize is not None:
+        tool = workdir / "tool-Q8_0.gguf"
+        tool_cmd = [str(llama_quantize), str(src), str(tool), "Q8_0", str(threads)]
+        tool_env = dict(env, LD_LIBRARY_PATH=os.pathsep.join(
+            filter(None, [str(llama_quantize.parent), env.get("LD_LIBRARY_PATH")])))
+    ours_runs, llama_runs, tool_runs, call_s = [], [], [], []
     for _ in range(repeats):
         fresh(ref)
         llama_runs.append(timed(llama_cmd, env))
         call_s.append(float(llama_runs[-1].stdout.strip().splitlines()[-1]))
         fresh(ours)
         ours_runs.append(timed(ours_cmd, env))
+        if tool_cmd is not None:
+            fresh(tool)
+            tool_runs.append(timed(tool_cmd, tool_env))
     same = describe_differences(ours, ref) is None
     best_ours, best_llama = min(r.wall for r in ours_runs), min(r.wall for r in llama_runs)
     best_call = min(call_s)
     print(f"\n== Q8_0 of {name} ({src.stat().st_size / 1e9:.2f} GB), {threads} threads, whole processes, "
           f"best of {repeats} (seconds; CPU: user + system, all threads)")
-    for label, values in (("quantdesk quantize", ours_runs), ("llama_model_quantize, its process", llama_runs)):
+    rows = [("quantdesk quantize", ours_runs), ("llama_model_quantize, its process", llama_runs)]
+    if tool_runs:
+        rows.append(("llama-quantize (llama.cpp's tool)", tool_runs))
+    for label, values in rows:
         print(f"{label:36s} {min(r.wall for r in values):7.2f}   CPU {min(r.cpu for r in values):6.2f}   "
               f"(runs: {', '.join(f'{r.wall:.2f}' for r in values)})")
     print(f"{'llama_model_quantize, the call alone':36s} {best_call:7.2f}")
     print(f"ratio ours / llama.cpp: {best_ours / best_call:.2f} of the call (goal <= 0.5), "
           f"{best_ours / best_llama:.2f} of its process; files identical: {'yes' if same else 'NO'}")
+    if tool_runs:
+        print(f"ratio ours / llama-quantize: {best_ours / min(r.wall for r in tool_runs):.2f}; its file identical: "
+              f"{'yes' if describe_differences(tool, ref) is None else 'NO'}")
+        fresh(tool)
     fresh(ours, ref)
 
 
@@ -140,6 +157,7 @@ def main() -> int:
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--skip-quantize", action="store_true")
     parser.add_argument("--command", help="a quantdesk executable to time instead of this checkout's")
+    parser.add_argument("--llama-quantize", type=Path, help="llama.cpp's llama-quantize, timed too")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
 
@@ -176,7 +194,7 @@ def main() -> int:
     print(f"\nfirst run (kernels compiled into the work folder's cache, or loaded): {first.wall:.1f} s")
     fresh(warm)
     for name, path in inputs:
-        bench_quantize(name, path, workdir, quantdesk, env, args.threads, args.repeats)
+        bench_quantize(name, path, workdir, quantdesk, env, args.threads, args.repeats, args.llama_quantize)
     return 0
 
 
