@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from quantize.ggml_types import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
