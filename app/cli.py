@@ -70,7 +70,7 @@ def open_path_argument(argv: Sequence[str], commands: set[str]) -> Optional[str]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; subcommands register here as issues add them."""
+    """The argument parser; each module of :data:`app.commands.COMMAND_MODULES` adds its subcommand."""
     parser = argparse.ArgumentParser(
         prog="quantdesk",
         description="Run large language models locally. With no command, opens the window.",

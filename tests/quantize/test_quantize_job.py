@@ -288,7 +288,7 @@ def test_cli_prints_the_plan_then_writes_files_of_that_size(tiny_models, tmp_pat
 
 
 def test_hf_folder_quantizes_like_converting_to_f16_then_llama_quantize(tmp_path):
-    convert_mod = pytest.importorskip("quantize.convert", reason="the converter is part of another issue")
+    convert_mod = pytest.importorskip("quantize.convert", reason="a build without the converter")
     from tests.factory.checkpoints import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path / "tiny-hf").path
