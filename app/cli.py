@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from typing import Optional, Sequence
 
-from app import APP_NAME, __version__
+from app import APP_NAME, __version__, installed_version
 from app.commands import COMMAND_MODULES
 from app.core.errors import QuantDeskError
-
-log = logging.getLogger(__name__)
 
 NO_DISPLAY_MESSAGE = (
     "QuantDesk is installed, but no display was found (DISPLAY and WAYLAND_DISPLAY are not "
@@ -37,11 +34,9 @@ def has_display(env: Optional[dict] = None) -> bool:
 
 def version_text() -> str:
     """One line per component: QuantDesk, llama-cpp-python, Python."""
-    from models.llama_lib import llama_cpp_python_version
-
     return (
         f"{APP_NAME} {__version__}\n"
-        f"llama-cpp-python {llama_cpp_python_version() or 'not installed'}\n"
+        f"llama-cpp-python {installed_version('llama-cpp-python') or 'not installed'}\n"
         f"Python {sys.version.split()[0]}"
     )
 
@@ -75,7 +70,7 @@ def open_path_argument(argv: Sequence[str], commands: set[str]) -> Optional[str]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; subcommands register here as issues add them."""
+    """The argument parser; each module of :data:`app.commands.COMMAND_MODULES` adds its subcommand."""
     parser = argparse.ArgumentParser(
         prog="quantdesk",
         description="Run large language models locally. With no command, opens the window.",
@@ -90,9 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``quantdesk`` console script."""
-    from app.core.logs import setup_logging
+    """Entry point of the ``quantdesk`` console script.
 
+    Each command imports what it needs when it runs (``--version`` and ``--help`` import
+    none of it): the start of every command is paid for each call.
+    """
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     open_path = open_path_argument(argv, parser.get_default("commands"))
@@ -101,11 +98,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.version:
         print(version_text())
         return 0
+    from app.core.logs import setup_logging
+
     try:
         setup_logging()
         return int(args.func(args) or 0)
     except QuantDeskError as exc:
-        log.info("user-facing error: %s", exc.user_message, exc_info=True)
+        import logging
+
+        logging.getLogger(__name__).info("user-facing error: %s", exc.user_message, exc_info=True)
         print(f"{APP_NAME}: {exc.user_message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

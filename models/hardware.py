@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from app.core.system_programs import find_program, system_environment
 from models.llama_lib import open_lib
 
 # enum ggml_backend_dev_type in ggml-backend.h, in declaration order.
@@ -60,14 +61,23 @@ def cpu_name() -> str:
         except OSError:
             pass
     if sys.platform == "darwin":
-        try:
-            return subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True, text=True, timeout=5, check=False,
-            ).stdout.strip() or platform.processor()
-        except OSError:
-            pass
+        name = system_output(["sysctl", "-n", "machdep.cpu.brand_string"]).strip()
+        if name:
+            return name
     return platform.processor() or platform.machine()
+
+
+def system_output(args: list[str]) -> str:
+    """What a program of the system (macOS ``sysctl``, ``vm_stat``) prints; "" when it is
+    missing or fails. Found with ``find_program`` (``sysctl`` is in ``/usr/sbin``)."""
+    program = find_program(args[0])
+    if program is None:
+        return ""
+    try:
+        return subprocess.run([program, *args[1:]], capture_output=True, text=True, timeout=5,
+                              check=False, env=system_environment()).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def cpu_flags() -> list[str]:
@@ -120,9 +130,8 @@ def memory_info() -> MemoryInfo:
         ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]
         return MemoryInfo(status.ullTotalPhys, status.ullAvailPhys)
     if sys.platform == "darwin":
-        total = int(subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True,
-                                   text=True, timeout=5, check=False).stdout.strip() or 0)
-        vm = subprocess.run(["vm_stat"], capture_output=True, text=True, timeout=5, check=False).stdout
+        total = int(system_output(["sysctl", "-n", "hw.memsize"]).strip() or 0)
+        vm = system_output(["vm_stat"])
         page = int((re.search(r"page size of (\d+)", vm) or ["", "4096"])[1])
         free_pages = sum(int(m) for m in re.findall(r"Pages (?:free|inactive|speculative):\s+(\d+)", vm))
         return MemoryInfo(total, free_pages * page)

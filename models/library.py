@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Optional
 
-from gguf import LlamaFileType
+from quantize.ggml_types import LlamaFileType
 
 from app.core.errors import QuantDeskError
 from app.core.paths import app_paths

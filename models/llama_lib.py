@@ -16,19 +16,16 @@ import importlib.util
 import os
 import sys
 from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Optional
 
+from app import installed_version
 from app.core.errors import QuantDeskError
 
 
 def llama_cpp_python_version() -> Optional[str]:
     """Installed llama-cpp-python version, or ``None`` when it is not installed."""
-    try:
-        return version("llama-cpp-python")
-    except PackageNotFoundError:
-        return None
+    return installed_version("llama-cpp-python")
 
 
 def lib_dir() -> Path:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from models.gguf_header import GGUFHeader, is_expert_tensor, parameters_text, read_gguf_header

@@ -38,8 +38,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))  # this checkout's app package (find_program), not an installed one
 
 import llama_cmake_args  # noqa: E402  (packaging/ is not a package)
+from app.core.errors import QuantDeskError  # noqa: E402
+from app.core.system_programs import find_program  # noqa: E402
 
 LLAMA_CPP_PYTHON = llama_cmake_args.LLAMA_CPP_PYTHON
 PYINSTALLER = "pyinstaller==6.22.3"
@@ -124,8 +127,11 @@ def render_icons(python: Path) -> None:
 
 
 def git_commit() -> str:
+    git = find_program("git")
+    if git is None:
+        return "unknown"
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+        return subprocess.run([git, "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -228,4 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except QuantDeskError as exc:  # a missing build tool: its sentence, not a traceback
+        print(f"build.py: {exc.user_message}", file=sys.stderr)
+        sys.exit(2)

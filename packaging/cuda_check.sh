@@ -3,7 +3,7 @@
 # llama_cmake_args.py, then `quantdesk doctor`, our one-pass quantize of a synthetic 2.2 GB
 # checkpoint to Q4_K_M, and `quantdesk bench` with all, 12 and 0 layers on the GPU.
 #
-# Made for a short GPU lease with no network (nvcc, cmake, ninja, scikit-build-core and numpy/numba
+# Made for a GPU machine used for a few minutes, with no network (nvcc, cmake, ninja, scikit-build-core and numpy/numba
 # already there). Prepare in the repository root, on a machine with PyPI:
 #   echo /.whl/ >> .git/info/exclude; mkdir -p .whl
 #   pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d .whl, then unpack it and
@@ -11,7 +11,8 @@
 #   models, docs, benches and tools/ui/tests (76 -> 11 MB: under a 64 MiB transfer limit)
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 ... gguf platformdirs diskcache -d .whl
 # Run: EXTRA_CMAKE="-DGGML_CUDA_FA=OFF" bash packaging/cuda_check.sh   (FA off: a 3.5 min build on
-# 16 cores for sm_90 alone). Logs go to $OUT (default /tmp/cuda-check). Last seen (H100, stop 21):
+# 16 cores for sm_90 alone). Logs go to $OUT (default /tmp/cuda-check). Last seen (one NVIDIA H100, 16 cores,
+# CUDA 13.0, 2026-11-26):
 # 23/23 layers 588-615 tok/s, 12/23 86 tok/s, 0/23 45-47 tok/s.
 set -uo pipefail
 OUT=${OUT:-/tmp/cuda-check}; mkdir -p "$OUT"

@@ -20,12 +20,17 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LINUX = HERE / "linux"
 ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # run by the system's Python: this checkout's app package
+    sys.path.insert(0, str(ROOT))
+
+from app.core.system_programs import require_program  # noqa: E402
 ASSETS = ROOT / "assets"
 
 DEB_NAME = "quantdesk"
@@ -55,8 +60,15 @@ def elf_files(bundle: Path) -> list[Path]:
                   if p.is_file() and not p.is_symlink() and _is_elf(p))
 
 
+def _tool(name: str, package: str, what: str) -> str:
+    """The full path of the build tool ``name`` (``ldconfig`` is in ``/sbin``, off an
+    ordinary user's PATH), or the sentence naming the Debian package to install."""
+    return require_program(name, what, f"Install it (Debian: sudo apt install {package}).")
+
+
 def _readelf(args: list[str], path: Path) -> str:
-    return subprocess.run(["readelf", *args, str(path)], check=True, capture_output=True,
+    readelf = _tool("readelf", "binutils", "read the bundle's ELF files")
+    return subprocess.run([readelf, *args, str(path)], check=True, capture_output=True,
                           text=True, env=dict(os.environ, LC_ALL="C")).stdout
 
 
@@ -83,7 +95,8 @@ def newest_glibc(files: list[Path]) -> tuple[str, Path]:
 
 def system_library_paths() -> dict[str, str]:
     """soname → path of the x86-64 / native libraries the build machine's loader knows."""
-    out = subprocess.run(["ldconfig", "-p"], check=True, capture_output=True, text=True).stdout
+    ldconfig = _tool("ldconfig", "libc-bin", "list the system's shared libraries")
+    out = subprocess.run([ldconfig, "-p"], check=True, capture_output=True, text=True).stdout
     paths: dict[str, str] = {}
     for line in out.splitlines()[1:]:
         match = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
@@ -95,13 +108,14 @@ def system_library_paths() -> dict[str, str]:
 
 def owning_package(path: str) -> str | None:
     """The Debian package that installed ``path`` (symlinks resolved), or None."""
+    dpkg = _tool("dpkg", "dpkg", "find which package holds a library")
     for candidate in (path, os.path.realpath(path)):
-        result = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+        result = subprocess.run([dpkg, "-S", candidate], capture_output=True, text=True)
         if result.returncode == 0:
             return result.stdout.split(":", 1)[0].strip()
         # usrmerge: /lib/x86_64-linux-gnu/... is recorded as /usr/lib/... or the reverse
         alt = candidate[4:] if candidate.startswith("/usr/") else "/usr" + candidate
-        result = subprocess.run(["dpkg", "-S", alt], capture_output=True, text=True)
+        result = subprocess.run([dpkg, "-S", alt], capture_output=True, text=True)
         if result.returncode == 0:
             return result.stdout.split(":", 1)[0].strip()
     return None
@@ -139,7 +153,8 @@ def system_dependencies(bundle: Path, files: list[Path]) -> tuple[list[str], lis
 
 
 def deb_architecture() -> str:
-    return subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True,
+    dpkg = _tool("dpkg", "dpkg", "name the package's architecture")
+    return subprocess.run([dpkg, "--print-architecture"], check=True, capture_output=True,
                           text=True).stdout.strip()
 
 
@@ -202,7 +217,8 @@ def build_deb(bundle: Path, info: dict, dist: Path) -> Path:
     out.unlink(missing_ok=True)
     # zstd: several times faster to pack than xz for a few percent more size; dpkg has read
     # it since Debian 12 / Ubuntu 21.10.
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zzstd", "-z9", "--build",
+    dpkg_deb = _tool("dpkg-deb", "dpkg", "pack the .deb")
+    subprocess.run([dpkg_deb, "--root-owner-group", "-Zzstd", "-z9", "--build",
                     str(stage), str(out)], check=True, stdout=subprocess.DEVNULL)
     shutil.rmtree(stage)
     return out

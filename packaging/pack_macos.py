@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run by the system's Python: this checkout's app package
+    sys.path.insert(0, str(HERE.parent))
+
+from app.core.system_programs import require_program  # noqa: E402
 
 
 def build_dmg(app: Path, info: dict, dist: Path) -> Path:
@@ -28,6 +33,8 @@ def build_dmg(app: Path, info: dict, dist: Path) -> Path:
                        check=True)
     else:
         print("    MACOS_SIGN_IDENTITY is not set: the .dmg is not signed or notarized", flush=True)
-        subprocess.run(["dmgbuild", "-s", str(HERE / "macos" / "dmg_settings.py"),
+        dmgbuild = require_program("dmgbuild", "make the .dmg",
+                                   "build.py installs it in build/venv; run build.py.")
+        subprocess.run([dmgbuild, "-s", str(HERE / "macos" / "dmg_settings.py"),
                         "-D", f"app={app}", "QuantDesk", str(out)], check=True)
     return out

@@ -24,6 +24,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NSI = HERE / "windows" / "quantdesk.nsi"
+if str(HERE.parent) not in sys.path:  # run by the system's Python: this checkout's app package
+    sys.path.insert(0, str(HERE.parent))
+
+from app.core.system_programs import find_program  # noqa: E402
 
 
 def find_vcomp() -> Path | None:
@@ -44,13 +48,14 @@ def find_vcomp() -> Path | None:
 
 
 def makensis(bundle: Path, version: str, backend: str, out: Path, standin: bool) -> None:
-    args = ["makensis", "-V2", f"-DVERSION={version}", f"-DBUNDLE={bundle}",
+    program = find_program("makensis")
+    if program is None:
+        raise SystemExit("makensis is not installed (Windows: choco install nsis; "
+                         "Debian: apt-get install nsis).")
+    args = [program, "-V2", f"-DVERSION={version}", f"-DBUNDLE={bundle}",
             f"-DOUTFILE={out}", f"-DBACKEND={backend}"]
     if standin:
         args.append("-DSTANDIN=1")
-    if shutil.which(args[0]) is None:
-        raise SystemExit("makensis is not installed (Windows: choco install nsis; "
-                         "Debian: apt-get install nsis).")
     subprocess.run([*args, str(NSI)], check=True)
 
 

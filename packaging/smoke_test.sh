@@ -98,7 +98,8 @@ debian_mirror() {  # the Debian archive this machine's apt uses (deb.debian.org 
 # ---------------------------------------------------------------- 1. build
 if [[ $BUILD == 1 ]]; then
     step "build (packaging/build.py)"
-    python3 packaging/build.py 2>&1 | tee "$SMOKE/build.log"
+    # With an ordinary user's PATH (no /sbin): the build must not need root's.
+    env PATH=/usr/local/bin:/usr/bin:/bin python3 packaging/build.py 2>&1 | tee "$SMOKE/build.log"
     grep -E "^\s+(dist/|newest glibc|.*ELF files)" "$SMOKE/build.log" | tee -a "$SUMMARY" || true
 fi
 DEB=$(ls -t dist/quantdesk_*.deb 2>/dev/null | head -1)

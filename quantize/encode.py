@@ -12,7 +12,7 @@ import math
 from typing import Callable, Optional
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGMLQuantizationType as T
+from quantize.ggml_types import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 

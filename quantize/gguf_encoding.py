@@ -24,7 +24,7 @@ import struct
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, GGUFValueType
+from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, GGUFValueType
 
 from quantize.gguf_layout import SCALAR_DTYPES, EncodedStrings
 from quantize.source import MetadataEntry

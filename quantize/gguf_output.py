@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, Union
 
 import numpy as np
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
+from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from gguf import GGMLQuantizationType
+from quantize.ggml_types import GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from quantize.gguf_layout import TensorLayout, read_gguf_layout

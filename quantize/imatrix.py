@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from quantize.ggml_types import GGMLQuantizationType, GGUFValueType
 
 from app.core.errors import QuantDeskError
 from quantize.source import MetadataEntry
@@ -135,6 +135,8 @@ def load_imatrix(path: Path) -> ImportanceMatrix:
 
 
 def _load_gguf(path: Path) -> ImportanceMatrix:
+    from gguf import GGUFReader  # only here: importing the gguf package costs every start
+
     try:
         reader = GGUFReader(path, "r")
     except (ValueError, OSError, IndexError, struct.error) as exc:

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from quantize.ggml_types import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
+from quantize import kernel_loader
 from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
 from quantize.gguf_output import write_ggufs
@@ -312,21 +313,24 @@ def _prepare_kernels(plans: Sequence[QuantPlan], imatrix: bool, report: Optional
     """Load the compiled block quantizers the plans use, before any tensor is read.
 
     The first use of a type after an install compiles its kernels (Q4_K and Q6_K
-    together: 26 s on this 2-core VM; later jobs load them from the cache in ~0.1 s).
+    together: 26 s on a 2-core x86-64 VM, November 2026; later jobs load them from the cache in ~0.1 s).
     Done here, the user reads "Preparing … the Q4_K quantizer" instead of watching the
-    first tensor sit at 0 %, and can cancel between types.
+    first tensor sit at 0 %, and can cancel between types. Most of it has usually been done
+    meanwhile by :mod:`quantize.kernel_loader`'s thread, started when the job began.
     """
     needed = sorted({p.qtype for plan in plans for p in plan.tensors if is_quantized_type(p.qtype)})
     if not needed:  # F16/BF16/F32 only: no block kernel (and no need of the compiled package)
         return
-    from quantize.blocks import compile_kernels  # every quantized type's encoder is there (_check_encoders)
-
     # No total: loading a cached kernel takes milliseconds, compiling one seconds, and which
     # it will be is not known ahead (the GUI shows a busy bar).
     progress = ProgressReporter(report, None, "Preparing", min_interval=0)
     for qtype in needed:
         check(cancel)
         progress.advance(1, f"the {qtype.name} quantizer (compiled once after an install, then loaded from the cache)")
+        while not kernel_loader.wait(0.1):  # the kernels the loader thread is loading meanwhile
+            check(cancel)
+        from quantize.blocks import compile_kernels  # every quantized type's encoder is there (_check_encoders)
+
         compile_kernels([qtype], imatrix)
 
 
@@ -371,6 +375,7 @@ def quantize_model(
         QuantDeskError: bad input, bad importance matrix, or a type that needs one;
             :class:`~app.core.errors.Cancelled` when cancelled. Nothing is left on disk.
     """
+    kernel_loader.start([t.file_type.name for t in targets], imatrix=bool(options.imatrix))
     source = open_source(input) if isinstance(input, (str, Path)) else input
     try:
         _check_targets(source, targets)

@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGUFValueType
-from gguf import GGMLQuantizationType as T
+from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGUFValueType
+from quantize.ggml_types import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from quantize.encode import tensor_bytes

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Optional
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from models.llama_lib import open_lib
 

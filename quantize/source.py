@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType
+from quantize.ggml_types import GGMLQuantizationType, GGUFValueType
 
 
 @dataclass(frozen=True)

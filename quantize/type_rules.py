@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Optional, Sequence
 
-from gguf import GGML_QUANT_SIZES
-from gguf import GGMLQuantizationType as T
+from quantize.ggml_types import GGML_QUANT_SIZES
+from quantize.ggml_types import GGMLQuantizationType as T
 
 from app.core.errors import QuantDeskError
 from quantize.ftypes import FileType, is_quantized_type

@@ -9,15 +9,11 @@ of llama.cpp ends one reply, not the session.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Optional
 
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
-from app.core.console import ConsoleProgress
 from app.core.errors import QuantDeskError
 
 HELP = "Type a message. /exit quits, /reset starts a new conversation, Ctrl+C stops a reply."
@@ -50,6 +46,8 @@ def _read_text(path: Path, what: str) -> str:
 
 def output_options(args: argparse.Namespace) -> dict:
     """ChatOptions fields for --json / --schema / --grammar (at most one of them)."""
+    import json
+
     if args.schema is not None:
         text = _read_text(args.schema, "JSON schema")
         try:
@@ -74,6 +72,9 @@ def output_options(args: argparse.Namespace) -> dict:
 def stream_reply(client, messages: list[dict], options, out=sys.stdout,
                  conversation_id: Optional[str] = None):
     """Print one reply as it streams; Ctrl+C (SIGINT) cancels it. Returns the reply."""
+    import signal
+    import threading
+
     reply = client.chat(messages, options, conversation_id=conversation_id)
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -142,6 +143,7 @@ class _SavedChat:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.core.console import ConsoleProgress
     from app.core.conversations import ConversationStore
     from models.engine import ChatOptions, EngineClient
     from models.engine.options import validate_options

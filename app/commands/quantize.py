@@ -12,7 +12,6 @@ import argparse
 from pathlib import Path
 
 from app.core.errors import QuantDeskError
-from app.core.quantize_queue import output_path
 
 
 def default_output(input_path: Path, type_name: str) -> Path:
@@ -20,6 +19,8 @@ def default_output(input_path: Path, type_name: str) -> Path:
 
     The same rule as the Quantize page's default (:func:`app.core.quantize_queue.output_path`).
     """
+    from app.core.quantize_queue import output_path
+
     return output_path(input_path, type_name)
 
 
@@ -39,6 +40,20 @@ def output_paths(input_path: Path, type_names: list[str], output: str | None) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from quantize import kernel_loader
+
+    if args.dry_run:
+        return _run(args)
+    # First: numba and the kernels load on their own thread while the rest is imported
+    # and the model's header is read and planned.
+    kernel_loader.start(args.type.split(","), imatrix=bool(args.imatrix))
+    try:
+        return _run(args)
+    finally:  # an early error: the loader ends before the interpreter does
+        kernel_loader.wait()
+
+
+def _run(args: argparse.Namespace) -> int:
     from app.core.console import run_job
     from quantize.ftypes import parse_file_type, parse_tensor_type
     from quantize.imatrix import load_imatrix

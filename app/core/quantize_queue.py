@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, JobResult, ProgressCallback, eta_seconds
 
-#: The target types the page lists, in its order (largest first), as the issue names them.
+#: The target types the page lists, in its order (largest first), named as llama-quantize names them.
 #: Only those the quantizer can write (``quantize.ftypes.FILE_TYPES``) are offered.
 TYPE_ORDER = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0",
               "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S")

@@ -15,7 +15,14 @@ process is this same executable, and the bootloader marks the environment it has
 kept would not set it up again and could not find the bundled libraries (found by the
 clean-Debian smoke test: libllama failed to load libgomp in the engine process).
 
-Qt-free.
+Programs are found with :func:`find_program`: ``PATH`` first, then the folders where Unix
+systems keep the programs meant for administrators (``/usr/sbin``, ``/sbin``), which an
+ordinary user's ``PATH`` leaves out on Debian although anyone may run what is there
+(``ldconfig``, which the ``.deb`` build asks for the system's libraries). So a program runs
+the same for a normal user as for root.
+
+Qt-free, and standard library only (besides :mod:`app.core.errors`): the installer build
+scripts in ``packaging/`` import it with the system's Python.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ BOOTLOADER_VARIABLES = ("LD_LIBRARY_PATH", "LIBPATH", "DYLD_LIBRARY_PATH")
 PATH_LIKE_VARIABLES = ("QT_PLUGIN_PATH", "QML2_IMPORT_PATH", "QT_QPA_PLATFORM_PLUGIN_PATH",
                        "GI_TYPELIB_PATH", "GIO_MODULE_DIR", "GDK_PIXBUF_MODULE_FILE",
                        "SSL_CERT_FILE", "PYTHONPATH", "PYTHONHOME", "TCL_LIBRARY", "TK_LIBRARY")
+
+
+#: Folders of programs for administrators, which an ordinary user's PATH leaves out.
+SBIN_FOLDERS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
 
 def _bundle_dir() -> Optional[str]:
@@ -90,20 +101,50 @@ def _undo_bootloader(env: MutableMapping[str, str], bundle: str) -> None:
         del env[name]
 
 
+def find_program(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The full path of the computer's program ``name``, or ``None`` when it has none.
+
+    Looked up on ``PATH`` (of :func:`system_environment`, so never inside the bundle), then
+    in :data:`SBIN_FOLDERS` on Unix.
+
+    Args:
+        env: The environment whose ``PATH`` to search (default ``os.environ``).
+    """
+    folders = system_environment(env).get("PATH", os.defpath).split(os.pathsep)
+    if os.name == "posix":
+        folders += [folder for folder in SBIN_FOLDERS if folder not in folders]
+    return shutil.which(name, path=os.pathsep.join(folder for folder in folders if folder))
+
+
+def require_program(name: str, what: str, hint: Optional[str] = None) -> str:
+    """:func:`find_program`, or the sentence saying which program is missing.
+
+    Args:
+        name: The program ("ldconfig").
+        what: What it is needed for, for the sentence ("list the system's libraries").
+        hint: How to install it (default: "Install NAME").
+
+    Raises:
+        QuantDeskError: The program is not installed.
+    """
+    program = find_program(name)
+    if program is None:
+        raise QuantDeskError(f"QuantDesk cannot {what}: the program {name} is not installed.",
+                             hint or _install_hint(name))
+    return program
+
+
 def start_system_program(args: Sequence[str], what: str) -> subprocess.Popen:
     """Start a program of the computer's own, detached, with :func:`system_environment`.
 
     Args:
-        args: The command line; ``args[0]`` is looked up on ``PATH``.
+        args: The command line; ``args[0]`` is found with :func:`find_program`.
         what: What the program is for, for the error sentence ("open the folder").
 
     Raises:
         QuantDeskError: The program is not installed or could not start.
     """
-    program = shutil.which(args[0], path=system_environment().get("PATH"))
-    if program is None:
-        raise QuantDeskError(f"QuantDesk cannot {what}: the program {args[0]} is not installed.",
-                             _install_hint(args[0]))
+    program = require_program(args[0], what)
     try:
         return subprocess.Popen([program, *args[1:]], env=system_environment(),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -130,7 +171,7 @@ def reveal_command(path: Path | str, platform: str = sys.platform) -> list[str]:
         return ["explorer", f"/select,{target}"] if target.is_file() else ["explorer", str(target)]
     if platform == "darwin":
         return ["open", "-R", str(target)] if target.is_file() else ["open", str(target)]
-    if target.is_file() and shutil.which("gdbus", path=system_environment().get("PATH")):
+    if target.is_file() and find_program("gdbus"):
         return ["gdbus", "call", "--session", "--dest", "org.freedesktop.FileManager1",
                 "--object-path", "/org/freedesktop/FileManager1",
                 "--method", "org.freedesktop.FileManager1.ShowItems",

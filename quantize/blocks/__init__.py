@@ -20,7 +20,7 @@ from functools import partial
 from typing import Iterable, Optional
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from quantize.blocks import kquants, legacy
 from quantize.blocks.chunking import encode_blocks

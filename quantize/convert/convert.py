@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
+from quantize.ggml_types import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback

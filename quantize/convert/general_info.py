@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from gguf import GGUFValueType
+from quantize.ggml_types import GGUFValueType
 
 from quantize.source import MetadataEntry
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-from gguf import GGMLQuantizationType
+from quantize.ggml_types import GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from quantize.convert.archs import IGNORED_SUFFIXES, Architecture, find_architecture

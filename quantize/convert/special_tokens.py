@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from gguf import GGUFValueType
+from quantize.ggml_types import GGUFValueType
 
 from quantize.convert.vocab import Vocab
 from quantize.source import MetadataEntry

@@ -13,7 +13,15 @@ printed, and the engine's speeds as a ratio of raw (target ≥ 0.97).
 - **engine (inside)**: the speeds the engine measures beside the work.
 - **engine (client)**: decode speed as the client sees the deltas arrive, pipe included.
 
-Run: ``.venv/bin/python tests/benchmarks/bench_engine.py [MODEL.gguf] [--runs N]``.
+Then the cancel goal (100 ms, from a ``cancel()`` on another thread, as the window's Stop
+does, to the end of the reply), ``--cancels`` times each: mid-reply (after 8 tokens of a
+900-token reply) and mid-prompt (0.1 s into a prompt of several 512-token batches, where
+llama.cpp's abort callback must stop the batch). Printed beside what the cancel saves: one
+decode step and one 512-token batch, measured above. The tests hold cancels only to a
+generous bound (tests/models/test_engine_chat.py), since single runs on a loaded machine
+vary.
+
+Run: ``.venv/bin/python tests/benchmarks/bench_engine.py [MODEL.gguf] [--runs N] [--cancels N]``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,11 +68,51 @@ def engine_run(client, messages: list[dict]) -> tuple[float, float, float]:
     return stats.prefill_tokens_per_second, stats.decode_tokens_per_second, client_decode
 
 
+def cancel_after_tokens(client, messages: list[dict], tokens: int = 8) -> float:
+    """Seconds from ``cancel()`` after ``tokens`` streamed tokens to the end of the reply."""
+    from models.engine import ChatOptions
+
+    reply = client.chat(messages, ChatOptions(temperature=0.8, seed=1, max_tokens=900,
+                                              ignore_eos=True))
+    cancelled_at = None
+    for count, _delta in enumerate(reply, 1):
+        if count == tokens:
+            cancelled_at = time.perf_counter()
+            threading.Thread(target=client.cancel).start()
+    assert reply.stop_reason == "cancelled", reply.stop_reason
+    return time.perf_counter() - cancelled_at
+
+
+def cancel_mid_prompt(client, run: int, delay: float = 0.1) -> float:
+    """Seconds from ``cancel()`` ``delay`` s into a long prompt to the end of the reply
+    (a different prompt each run, so that no run reuses another's cache)."""
+    from models.engine import ChatOptions
+
+    text = f"Text {run}. Summarise: " + f"the quick brown fox {run} jumps. " * 90
+    reply = client.chat([{"role": "user", "content": text}], ChatOptions(temperature=0.0, max_tokens=8))
+    times: dict[str, float] = {}
+
+    def cancel_soon() -> None:
+        time.sleep(delay)
+        times["cancelled"] = time.perf_counter()
+        client.cancel()
+
+    canceller = threading.Thread(target=cancel_soon)
+    canceller.start()
+    for _delta in reply:
+        pass
+    ended = time.perf_counter()
+    canceller.join()
+    assert reply.stop_reason == "cancelled", reply.stop_reason
+    return ended - times["cancelled"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model", nargs="?", type=Path)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    parser.add_argument("--cancels", type=int, default=5, help="cancels timed in each place")
     args = parser.parse_args()
     threads = args.threads
     if args.model is None:
@@ -102,6 +151,10 @@ def main() -> int:
             print(f"run {run + 1}: prompt {len(tokens)} tokens; engine prefill "
                   f"{results['eng_p'][-1]:.1f} decode {results['eng_d'][-1]:.1f} "
                   f"(client {c:.1f}); raw prefill {p:.1f} decode {d:.1f} tok/s", flush=True)
+        cancels = {"reply": [], "prompt": []}
+        for run in range(args.cancels):
+            cancels["reply"].append(cancel_after_tokens(client, bench_messages(100 + run, 40)))
+            cancels["prompt"].append(cancel_mid_prompt(client, run))
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"\n{info.name}, {threads} threads, context {CONTEXT}, {GENERATE} tokens generated, "
           f"median of {args.runs} alternating runs:")
@@ -112,6 +165,12 @@ def main() -> int:
     print(f"engine / raw: prefill {med['eng_p'] / med['raw_p']:.3f}, decode "
           f"{med['eng_d'] / med['raw_d']:.3f} (inside), {med['eng_c'] / med['raw_d']:.3f} "
           f"(client side); target >= 0.97")
+    step_ms, batch_ms = 1000 / med["eng_d"], 1000 * BATCH / med["eng_p"]
+    for place, saved in (("reply", f"one decode step here: {step_ms:.0f} ms"),
+                         ("prompt", f"one {BATCH}-token batch here: {batch_ms:.0f} ms")):
+        ms = sorted(1000 * t for t in cancels[place])
+        print(f"cancel mid-{place}: median {statistics.median(ms):.0f} ms, worst {ms[-1]:.0f} ms "
+              f"of {len(ms)} (goal <= 100 ms; {saved})")
     return 0
 
 

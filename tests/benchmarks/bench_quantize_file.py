@@ -81,6 +81,7 @@ def write_synthetic_f16(path: Path, layers: int) -> tuple[Path, int]:
                        ("feed_forward_length", FFN), ("attention.head_count", HEADS),
                        ("attention.head_count_kv", KV_HEADS)):
         w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)  # llama_model_quantize reads it
     w.add_file_type(1)
     hd = HIDDEN // HEADS
     shapes = {"token_embd.weight": (VOCAB, HIDDEN), "output_norm.weight": (HIDDEN,), "output.weight": (VOCAB, HIDDEN)}

@@ -78,6 +78,24 @@ def test_outside_a_bundle_the_environment_is_unchanged(monkeypatch):
     assert sp.system_environment()["LD_LIBRARY_PATH"] == "/somewhere"
 
 
+@pytest.mark.skipif(os.name != "posix", reason="sbin folders are a Unix convention")
+def test_programs_for_administrators_are_found_off_an_ordinary_users_path(monkeypatch, tmp_path):
+    """Debian keeps ldconfig in /sbin, which a normal user's PATH leaves out (the .deb
+    build failed there with FileNotFoundError); anyone may run what is in it."""
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    tool = sbin / "admin-tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(sp, "SBIN_FOLDERS", (str(sbin),))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert sp.find_program("admin-tool") == str(tool)
+    assert sp.require_program("admin-tool", "list the libraries") == str(tool)
+    assert sp.find_program("no-such-program") is None
+    with pytest.raises(QuantDeskError, match="cannot list the libraries: the program no-such-program"):
+        sp.require_program("no-such-program", "list the libraries")
+
+
 def test_a_missing_program_is_a_sentence(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(QuantDeskError, match="xdg-open is not installed"):

@@ -15,7 +15,7 @@ class BlockQt:
         return None
 
 sys.meta_path.insert(0, BlockQt())
-import quantize, models, app.core  # the one-liner
+import quantize, models, app.core  # the one-line check
 imported = []
 for package in (quantize, models, app.core):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):

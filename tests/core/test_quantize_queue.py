@@ -44,7 +44,7 @@ def test_inspect_input_gives_exact_sizes_before_any_work(tiny_hf):
     facts = inspect_input(tiny_hf / "model.safetensors", judge=_fits)  # a .safetensors file means its folder
     assert facts.path == tiny_hf
     assert [r.name for r in facts.rows] == offered_types()
-    assert offered_types() == list(TYPE_ORDER)  # every type the issue lists, F32 to Q2_K_S
+    assert offered_types() == list(TYPE_ORDER)  # every type the page offers, F32 to Q2_K_S
     source = open_source(tiny_hf)
     plans = plan_targets(source, [QuantizeTarget(parse_file_type(n), Path(n)) for n in offered_types()],
                          QuantizeOptions())

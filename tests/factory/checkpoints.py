@@ -6,8 +6,8 @@ A checkpoint is what a user downloads from the Hub: ``config.json``, safetensors
 ``generation_config.json``. Models have a few hundred KB of random weights, so tests can
 convert and run them in seconds, and transformers loads them as it loads real models.
 
-Architectures register as :class:`ArchSpec` entries in :data:`ARCHITECTURES`; the
-converter's issue adds more families the same way.
+Architectures register as :class:`ArchSpec` entries in :data:`ARCHITECTURES`; more
+families are added the same way.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def test_same_schema_gives_byte_identical_grammars_across_hash_seeds():
     assert len(digests) == 1
 
 
-# -- the defects issue 15 names, one by one ---------------------------------------------
+# -- the validator's known defects, one by one ---------------------------------------------
 def test_equality_is_mathematical_and_recursive():
     assert json_equal([0.0], [0]) and json_equal({"a": [1, {"b": 2.0}]}, {"a": [1.0, {"b": 2}]})
     assert not json_equal(True, 1) and not json_equal([True], [1]) and not json_equal(None, False)

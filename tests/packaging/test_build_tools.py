@@ -2,6 +2,7 @@
 .deb's dependency rules. The build itself runs in packaging/smoke_test.sh (CI)."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,21 @@ def test_elf_reading_on_the_running_python():
     assert pack_linux._is_elf(python)
     version, where = pack_linux.newest_glibc([python])
     assert where == python and version.startswith("2.")
+
+
+#: An ordinary Debian user's PATH: no /sbin, where ldconfig is.
+USER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@pytest.mark.skipif(not (os.path.exists("/usr/bin/dpkg") and os.path.exists("/sbin/ldconfig")),
+                    reason="a Debian system")
+def test_the_deb_dependencies_are_found_with_an_ordinary_users_path(monkeypatch):
+    """``ldconfig -p`` and ``dpkg -S`` run for a normal user, whose PATH has no /sbin."""
+    monkeypatch.setenv("PATH", USER_PATH)
+    libraries = pack_linux.system_library_paths()
+    assert "libc.so.6" in libraries
+    assert pack_linux.owning_package(libraries["libc.so.6"]).startswith("libc6")
+    assert pack_linux.deb_architecture()
 
 
 def test_desktop_entry_opens_gguf_files():

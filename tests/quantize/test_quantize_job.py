@@ -162,6 +162,26 @@ def test_progress_is_reported_per_tensor_up_to_the_total(tiny_models, tmp_path):
     assert "→ Q4_K/Q6_K" in " ".join(p.detail for p in seen)
 
 
+LOADER = r"""
+import sys, threading
+from quantize import kernel_loader
+assert "numba" not in sys.modules  # the module itself imports nothing heavy
+kernel_loader.start(["Q8_0", "NOT_A_TYPE", "F16"])
+assert [t for t in threading.enumerate() if t.name == "kernel-loader"]
+assert kernel_loader.wait(600)
+from quantize.blocks import KERNELS
+print(sorted(qtype.name for qtype, (ref, impl) in KERNELS.items() if ref.signatures))
+"""
+
+
+def test_kernels_load_on_their_own_thread():
+    """numba and the kernels of the asked types load on a thread while a job starts; names
+    that are no quantized type are skipped (the job reports them)."""
+    result = subprocess.run([sys.executable, "-c", LOADER], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == "['Q8_0']"
+
+
 def test_cancel_leaves_no_output(tiny_models, tmp_path):
     token = CancelToken()
     targets = [QuantizeTarget(FILE_TYPES[n], tmp_path / f"{n}.gguf") for n in ("Q4_K_M", "Q8_0")]
@@ -268,7 +288,7 @@ def test_cli_prints_the_plan_then_writes_files_of_that_size(tiny_models, tmp_pat
 
 
 def test_hf_folder_quantizes_like_converting_to_f16_then_llama_quantize(tmp_path):
-    convert_mod = pytest.importorskip("quantize.convert", reason="the converter is part of another issue")
+    convert_mod = pytest.importorskip("quantize.convert", reason="a build without the converter")
     from tests.factory.checkpoints import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path / "tiny-hf").path

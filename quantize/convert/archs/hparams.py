@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from gguf import GGUFValueType
+from quantize.ggml_types import GGUFValueType
 
 from app.core.errors import QuantDeskError
 from quantize.source import MetadataEntry

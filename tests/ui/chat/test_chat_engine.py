@@ -81,7 +81,8 @@ def test_stop_keeps_the_partial_text_and_marks_it(qtbot, chat):
     assert ConversationStore().get(page.conversation_id).messages[-1]["content"] == reply.content
     assert "stopped" in page.transcript.toPlainText()
     assert window.focusWidget() is page.box
-    # The goal is 100 ms; this loaded 2-core CI box gets a looser bound.
+    # A generous bound (a stop that did not work runs on to 400 tokens); the 100 ms goal
+    # is measured by tests/benchmarks/bench_engine.py.
     assert stopped_after < 2.0, stopped_after
 
 

@@ -51,10 +51,12 @@ def test_a_real_drag_from_another_program_opens_quantize(xvfb_display, tiny_hf, 
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         procs.append(source)
         _read_line(source, "READY", 60)
-        time.sleep(1.0)  # both windows mapped and painted
 
-        def xdo(*args: str) -> None:
-            subprocess.run([xdotool, *args], env=env, check=True, timeout=10)
+        def xdo(*args: str, timeout: float = 10) -> None:
+            subprocess.run([xdotool, *args], env=env, check=True, timeout=timeout, capture_output=True)
+
+        for title in ("^QuantDesk$", "^drag-source$"):  # both windows mapped: waited for, not slept for
+            xdo("search", "--sync", "--onlyvisible", "--name", title, timeout=60)
 
         xdo("mousemove", "1230", "55")
         xdo("mousedown", "1")
