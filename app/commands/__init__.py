@@ -10,5 +10,5 @@ COMMAND_MODULES = [
     "app.commands.convert",
     "app.commands.quantize",
     "app.commands.search", "app.commands.pull", "app.commands.list", "app.commands.rm",
-    "app.commands.chat", "app.commands.chats", "app.commands.bench",
+    "app.commands.chat", "app.commands.chats", "app.commands.bench", "app.commands.serve",
 ]

@@ -12,12 +12,12 @@ A token is never logged or printed: :func:`describe_token` shows only where it c
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
 from app.core.errors import QuantDeskError
 from app.core.paths import app_paths
+from app.core.secret_file import read_secret, write_secret
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_FILE_NAME = "hf_token"
@@ -42,14 +42,7 @@ def stored_token_path() -> Path:
 
 
 def _read_token(path: Path) -> Optional[str]:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise QuantDeskError(f"The Hugging Face token file {path} could not be read ({exc.strerror}).",
-                             "Fix its permissions or store the token again.") from exc
-    return token or None
+    return read_secret(path, "The Hugging Face token")
 
 
 def resolve_token() -> tuple[Optional[str], str]:
@@ -73,26 +66,14 @@ def describe_token() -> str:
 def store_token(token: str) -> Path:
     """Save ``token`` for later sessions, readable by this user only (mode 0600).
 
-    The file is created with 0600 from the start (not chmod-ed after writing), so the
+    The file is created with 0600 from the start (:mod:`app.core.secret_file`), so the
     token is never briefly readable by others.
     """
     token = token.strip()
     if not token or any(c.isspace() for c in token):
         raise QuantDeskError("That Hugging Face token is empty or contains spaces.",
                              "Copy the token again from huggingface.co/settings/tokens.")
-    path = stored_token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        os.write(fd, token.encode("utf-8"))
-    finally:
-        os.close(fd)
-    if sys.platform != "win32":
-        os.chmod(tmp, 0o600)  # in case the file already existed with a wider mode
-    os.replace(tmp, path)
-    return path
+    return write_secret(stored_token_path(), token)
 
 
 def forget_token() -> None:

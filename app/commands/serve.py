@@ -1,0 +1,108 @@
+"""``quantdesk serve``: the OpenAI-compatible API server, in the foreground.
+
+Serves the Library's models (``quantdesk list``) on 127.0.0.1 by default; models load on
+the first request that names them. One line per request; Ctrl+C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from app.core.errors import QuantDeskError
+
+log = logging.getLogger(__name__)
+
+
+def _print_entry(entry) -> None:
+    print(entry.line(), flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from models.server.api_key import load_api_key
+    from models.server.catalog import find_model
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+    from models.library import Library
+
+    api_key = args.api_key
+    if api_key is None and args.stored_key:
+        api_key = load_api_key()
+        if api_key is None:
+            raise QuantDeskError("--stored-key was given, but no API key is stored.",
+                                 "Generate one on the Server page, or pass --api-key KEY.")
+    config = ServerConfig(host=args.host, port=args.port, api_key=api_key,
+                          parallel=args.parallel, idle_unload_seconds=args.idle_unload,
+                          cors_origins=tuple(args.cors_origin or ()),
+                          allowed_hosts=tuple(args.allow_host or ()),
+                          queue_limit=args.queue_limit, log_requests=False)
+    library = Library()
+    preload = []
+    for name in args.models:
+        model = find_model(library, name)
+        if model is None:
+            raise QuantDeskError(f"There is no model {name!r} in the library.",
+                                 "Run `quantdesk list` to see the models (their file names "
+                                 "without .gguf are the ids).")
+        preload.append(model)
+    controller = ServerController(config, library=library)
+    controller.add_listener(_print_entry)
+    controller.start()
+    try:
+        for model in preload:
+            print(f"Loading {model.id}…", flush=True)
+            engine = controller.engines.get(model.path)
+            print(f"{model.id}: {engine.slots} slot(s) of {engine.context_per_slot} tokens.",
+                  flush=True)
+        key_note = "; clients must send the API key" if api_key else ""
+        print(f"Serving the OpenAI API on {controller.address}/v1{key_note}. "
+              "Ctrl+C stops it.", flush=True)
+        stopped = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            # A service manager's stop (SIGTERM) ends it as cleanly as Ctrl+C does.
+            signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+        while not stopped.wait(0.5):
+            if not controller.running:
+                print("The server stopped unexpectedly; the log file has the details.",
+                      file=sys.stderr)
+                return 1
+        print("Stopping…", flush=True)
+    except KeyboardInterrupt:
+        print("Stopping…", flush=True)
+    finally:
+        controller.close()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "serve", help="serve the library's models over an OpenAI-compatible HTTP API",
+        description="Serve the library's models over an OpenAI-compatible HTTP API "
+                    "(/v1/chat/completions, /v1/completions, /v1/models). Models load on "
+                    "the first request that names them, with the load settings the Chat "
+                    "page remembers.")
+    parser.add_argument("models", nargs="*", metavar="MODEL",
+                        help="models to load at once (ids as /v1/models lists them)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1, this computer only; "
+                             "any other needs --api-key)")
+    parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    parser.add_argument("--api-key", default=None,
+                        help="key clients must send (Authorization: Bearer KEY)")
+    parser.add_argument("--stored-key", action="store_true",
+                        help="use the key stored on the Server page")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="requests decoded together per model (default: sized to memory)")
+    parser.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
+                        help="unload a model after this long unused (0: never; default 600)")
+    parser.add_argument("--queue-limit", type=int, default=64, metavar="N",
+                        help="requests that may wait for a slot per model; more get 429")
+    parser.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                        help="a web origin allowed to call the API from a browser (repeatable)")
+    parser.add_argument("--allow-host", action="append", metavar="NAME",
+                        help="a host name the server answers to besides localhost and its "
+                             "address (repeatable)")
+    parser.set_defaults(func=run)

@@ -1,0 +1,249 @@
+"""One engine per model, shared by the API server and the window's Chat page.
+
+:class:`EnginePool` loads a model on the first request that names it — with the load
+settings the Chat page remembers for that file (:func:`app.core.model_settings.load_settings_for`)
+and the server's number of slots — after checking that it fits in memory
+(:mod:`models.memory_fit`; a load that does not fit is refused with its sentence, never
+attempted). A model the server loaded is unloaded after an idle time. The window hands
+its own chat engine over with :meth:`EnginePool.adopt`, so a model open in the Chat
+page is served by that same engine rather than loaded a second time; the pool never
+unloads an adopted engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from app.core.errors import QuantDeskError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLOTS = (4, 2, 1)  # tried in order when the number of slots is sized to memory
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """A model as the Server page shows it."""
+
+    id: str
+    path: Path
+    loaded: bool
+    slots: int
+    context_per_slot: int
+    active_requests: int
+    queued: int
+
+
+class PooledEngine:
+    """A loaded model: its engine, its slots and how busy it is.
+
+    ``active`` and ``queued`` are kept by the server (the requests decoding and waiting
+    for a slot); the pool unloads an idle engine only when both are 0.
+    """
+
+    def __init__(self, path: Path, client: Any, owned: bool) -> None:
+        self.path = path
+        self.client = client
+        self.owned = owned
+        self.active = 0
+        self.queued = 0
+        self.last_used = time.monotonic()
+
+    @property
+    def slots(self) -> int:
+        """Requests the engine decodes together."""
+        report = self.client.last_load
+        return int(getattr(report, "parallel", 1) or 1) if report is not None else 1
+
+    @property
+    def context_per_slot(self) -> int:
+        """Tokens one request's prompt and reply may hold together."""
+        report = self.client.last_load
+        return int(report.context_length) if report is not None else 0
+
+    def holds_model(self) -> bool:
+        """Whether the engine still has this model (the window may have loaded another)."""
+        report = self.client.last_load
+        return report is not None and Path(report.path).resolve() == self.path
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+
+def _supports_parallel() -> bool:
+    from models.engine.settings import LoadSettings
+
+    return "parallel" in LoadSettings.__dataclass_fields__
+
+
+def _fit(path: Path, settings: Any, slots: int):
+    """memory_fit's verdict for ``settings`` with ``slots`` contexts of its length."""
+    from models.memory_fit import FitSettings, fit_on_this_machine, free_memory
+
+    vram = free_memory()[1]
+    return fit_on_this_machine(path, FitSettings(
+        n_ctx=max(settings.context_length, 1) * slots, kv_type=settings.kv_cache_type_k,
+        n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,
+        n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention))
+
+
+class EnginePool:
+    """The engines the server uses, one per model path.
+
+    Args:
+        settings_for: The load settings of a model file (default: what the Chat page
+            remembers for it).
+        parallel: Slots per model; ``None`` picks the most of 4, 2, 1 that fits comfortably.
+        idle_unload_seconds: Unload a model the pool loaded after this long unused; 0 never.
+        client_factory: Makes an engine client (``EngineClient``).
+        check_memory: Refuse loads that ``memory_fit`` says will not fit.
+    """
+
+    def __init__(self, settings_for: Optional[Callable[[Path], Any]] = None,
+                 parallel: Optional[int] = None, idle_unload_seconds: float = 600.0,
+                 client_factory: Optional[Callable[[], Any]] = None,
+                 check_memory: bool = True) -> None:
+        if settings_for is None:
+            from app.core.model_settings import load_settings_for as settings_for
+        if client_factory is None:
+            from models.engine.client import EngineClient as client_factory
+        self.settings_for = settings_for
+        self.parallel = parallel
+        self.idle_unload_seconds = idle_unload_seconds
+        self.client_factory = client_factory
+        self.check_memory = check_memory
+        self._engines: dict[Path, PooledEngine] = {}
+        self._lock = threading.Lock()
+        self._loading: dict[Path, threading.Lock] = {}
+
+    # -- sharing with the window ------------------------------------------------------
+
+    def adopt(self, path: Path | str, client: Any) -> None:
+        """Serve ``path`` with ``client`` (the window's chat engine, which has it loaded)."""
+        key = Path(path).resolve()
+        with self._lock:
+            previous = self._engines.get(key)
+            self._engines[key] = PooledEngine(key, client, owned=False)
+        if previous is not None and previous.owned and previous.client is not client:
+            previous.client.shutdown()
+
+    def release(self, path: Path | str) -> None:
+        """Stop serving ``path`` from its engine: forget an adopted one, unload an owned one."""
+        with self._lock:
+            entry = self._engines.pop(Path(path).resolve(), None)
+        if entry is not None and entry.owned:
+            entry.client.shutdown()
+
+    # -- serving ----------------------------------------------------------------------
+
+    def peek(self, path: Path) -> Optional[PooledEngine]:
+        """The engine serving ``path`` now, without loading it."""
+        with self._lock:
+            entry = self._engines.get(Path(path).resolve())
+        return entry if entry is not None and entry.holds_model() else None
+
+    def get(self, path: Path) -> PooledEngine:
+        """The engine serving ``path``, loading the model first when needed (blocks).
+
+        Raises:
+            QuantDeskError: The model does not fit in memory, or the load failed.
+        """
+        key = Path(path).resolve()
+        with self._lock:
+            load_lock = self._loading.setdefault(key, threading.Lock())
+        with load_lock:  # a second request for a model being loaded waits for that load
+            entry = self.peek(key)
+            if entry is not None:
+                entry.touch()  # so the idle unloader leaves it alone while the request starts
+                return entry
+            with self._lock:
+                stale = self._engines.pop(key, None)
+            if stale is not None and stale.owned:
+                stale.client.shutdown()
+            entry = PooledEngine(key, self._load(key), owned=True)
+            with self._lock:
+                self._engines[key] = entry
+            return entry
+
+    def _load(self, path: Path) -> Any:
+        settings = self.settings_for(path)
+        slots = self._slots(path, settings)
+        if _supports_parallel():
+            settings = replace(settings, parallel=slots)
+        client = self.client_factory()
+        started = time.perf_counter()
+        try:
+            client.load(path, settings)
+        except BaseException:
+            client.shutdown()
+            raise
+        log.info("server: loaded %s with %d slot(s) of %d tokens in %.1f s", path.name, slots,
+                 client.last_load.context_length, time.perf_counter() - started)
+        return client
+
+    def _slots(self, path: Path, settings: Any) -> int:
+        """The slots to load with; refuses (with memory_fit's sentence) what cannot fit."""
+        choices = (self.parallel,) if self.parallel else DEFAULT_SLOTS
+        if not _supports_parallel():
+            choices = (1,)
+        if not self.check_memory:
+            return choices[0]
+        for attempt in range(2):
+            verdict = None
+            for slots in choices:
+                verdict = _fit(path, settings, slots)
+                if verdict.verdict == "fits" or (slots == choices[-1]
+                                                 and verdict.verdict != "won't fit"):
+                    return slots
+            if attempt == 0 and self._unload_one_idle():
+                continue  # memory freed by an idle model: judge again
+            assert verdict is not None
+            raise QuantDeskError(
+                f"{path.name} with {choices[-1]} slot(s) of {settings.context_length} tokens "
+                f"would not fit in memory: it {verdict.reason}.",
+                "Unload another model, or give it a smaller context (Chat page, load "
+                "settings) or fewer slots (--parallel).")
+        raise AssertionError("unreachable")
+
+    # -- housekeeping -----------------------------------------------------------------
+
+    def engines(self) -> list[PooledEngine]:
+        """The engines that hold their model now."""
+        with self._lock:
+            entries = list(self._engines.values())
+        return [e for e in entries if e.holds_model()]
+
+    def _unload_one_idle(self) -> bool:
+        idle = [e for e in self.engines() if e.owned and not e.active and not e.queued]
+        if not idle:
+            return False
+        self.release(min(idle, key=lambda e: e.last_used).path)
+        return True
+
+    def unload_idle(self, now: Optional[float] = None) -> list[Path]:
+        """Unload the models the pool loaded that have been idle past the idle time."""
+        if not self.idle_unload_seconds:
+            return []
+        now = time.monotonic() if now is None else now
+        unloaded = []
+        for entry in self.engines():
+            if entry.owned and not entry.active and not entry.queued \
+                    and now - entry.last_used >= self.idle_unload_seconds:
+                log.info("server: unloading %s after %.0f s unused", entry.path.name,
+                         now - entry.last_used)
+                self.release(entry.path)
+                unloaded.append(entry.path)
+        return unloaded
+
+    def close(self) -> None:
+        """Unload every model the pool loaded (adopted engines are left to their owner)."""
+        with self._lock:
+            entries, self._engines = list(self._engines.values()), {}
+        for entry in entries:
+            if entry.owned:
+                entry.client.shutdown()

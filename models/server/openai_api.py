@@ -1,0 +1,337 @@
+"""The OpenAI dialect: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``.
+
+Only translation lives here — OpenAI's field names into engine options and messages, and
+engine events into OpenAI's response and stream-chunk shapes; everything else (models,
+queue, cancellation, errors) is :mod:`.core`. Streams are what the official clients
+parse: ``data: {json}`` events (framed by sse-starlette), one id for the whole stream, the
+role in the first delta, a last chunk with ``finish_reason``, with
+``stream_options.include_usage`` a usage chunk with empty ``choices``, then
+``data: [DONE]``. An engine failure mid-stream is an ``{"error": ...}`` event, then the
+stream ends (the clients raise it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Callable, Optional
+
+from sse_starlette import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from models.engine.options import MAX_STOP_STRINGS
+from models.server.catalog import served_models
+from models.server.core import Generation, ServerCore, read_json_body
+from models.server.errors import ApiError
+from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
+from models.server.request_log import STATUS_CLIENT_CLOSED
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}
+MAX_TOP_LOGPROBS = 20
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- requests -------------------------------------------------------------------------
+
+
+def _message_text(content: Any, index: int) -> str:
+    """A message's content as text: a string, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ApiError(400, f"Message {index + 1} has a content part of type {kind!r}; "
+                                    "this server reads text parts only.",
+                               param=f"messages[{index}].content", code="unsupported_content")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ApiError(400, f"Message {index + 1}'s content must be a string or a list of text "
+                        "parts.", param=f"messages[{index}].content", code="invalid_value")
+
+
+def chat_messages(value: Any) -> list[dict]:
+    """OpenAI messages as the engine's ``{"role", "content"}`` list."""
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, "The field `messages` must be a non-empty list of messages.",
+                       param="messages", code="invalid_value")
+    messages = []
+    for index, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise ApiError(400, f"Message {index + 1} must be an object with a role and "
+                                "content.", param=f"messages[{index}]", code="invalid_value")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ApiError(400, f"Message {index + 1} has the role {role!r}; use one of "
+                                f"{', '.join(ROLES)}.", param=f"messages[{index}].role",
+                           code="invalid_value")
+        if message.get("tool_calls"):
+            raise ApiError(400, "Tool calls are not supported by this server yet.",
+                           param=f"messages[{index}].tool_calls", code="unsupported_parameter")
+        messages.append({"role": ROLES[role],
+                         "content": _message_text(message.get("content"), index)})
+    return messages
+
+
+def _sampling(body: Fields, chat: bool) -> dict:
+    """The sampling fields both endpoints share (OpenAI's, then llama.cpp's extras)."""
+    body.only_one("n")
+    body.refuse("logit_bias", "this server does not bias tokens.")
+    seed = body.integer("seed", None, -1, MAX_INT)
+    values = dict(
+        temperature=body.number("temperature", 1.0, 0.0, 2.0),
+        top_p=body.number("top_p", 1.0, 0.0, 1.0) or 1.0,
+        seed=None if seed is None or seed < 0 else seed % (2**32 - 1),
+        stop=body.strings("stop", MAX_STOP_STRINGS),
+        presence_penalty=body.number("presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=body.number("frequency_penalty", 0.0, -2.0, 2.0),
+        top_k=body.integer("top_k", 40, 0, 1 << 20),
+        min_p=body.number("min_p", 0.05, 0.0, 0.999),
+        repeat_penalty=body.number("repeat_penalty", 1.0, 0.01, 10.0),
+        ignore_eos=body.boolean("ignore_eos", False),
+    )
+    names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
+    values["max_tokens"] = next((body.integer(n, None, 1, MAX_INT) for n in names
+                                 if body.get(n) is not None), None)
+    return values
+
+
+def _output_format(body: Fields) -> dict:
+    """``response_format`` (OpenAI) or a top-level ``schema`` (llama.cpp) as engine fields."""
+    response_format = body.obj("response_format")
+    if response_format is None:
+        if body.get("schema") is not None:
+            return structured_fields("json_schema", body.get("schema"))
+        return {}
+    kind = response_format.string("type", "text")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        schema = response_format.get("schema")  # llama.cpp's json_object with a schema
+        return structured_fields("json_schema", schema) if schema is not None \
+            else structured_fields("json")
+    if kind == "json_schema":
+        spec = response_format.obj("json_schema")
+        if spec is None or spec.get("schema") is None:
+            raise ApiError(400, "response_format json_schema needs `json_schema.schema`, the "
+                                "JSON Schema the reply must match.",
+                           param="response_format.json_schema.schema", code="invalid_value")
+        spec.string("name")
+        spec.boolean("strict", True)  # always strict here: the grammar enforces the schema
+        return structured_fields("json_schema", spec.get("schema"))
+    raise ApiError(400, f"response_format type {kind!r} is unknown; use text, json_object or "
+                        "json_schema.", param="response_format.type", code="invalid_value")
+
+
+def _options_maker(values: dict) -> Callable[[int], Any]:
+    """Engine options once the slot's context is known (the default ``max_tokens``)."""
+    def make(context_per_slot: int) -> Any:
+        fields = dict(values)
+        if fields.get("max_tokens") is None:
+            fields["max_tokens"] = max(context_per_slot, 1)
+        return build_options(**fields)
+    return make
+
+
+def _stream_flags(body: Fields) -> tuple[bool, bool]:
+    stream = body.boolean("stream", False)
+    stream_options = body.obj("stream_options")
+    include_usage = stream_options.boolean("include_usage", False) if stream_options else False
+    return stream, include_usage
+
+
+# -- responses ------------------------------------------------------------------------
+
+
+def _chat_logprobs(entries: list) -> dict:
+    return {"content": [dict(entry) for entry in entries], "refusal": None}
+
+
+def _completion_logprobs(entries: list, offset: int) -> dict:
+    """The legacy completions shape: parallel lists of tokens, logprobs and top dicts."""
+    tokens, logprobs, tops, offsets = [], [], [], []
+    for entry in entries:
+        tokens.append(entry["token"])
+        logprobs.append(entry["logprob"])
+        tops.append({top["token"]: top["logprob"] for top in entry.get("top_logprobs", [])})
+        offsets.append(offset)
+        offset += len(entry["token"])
+    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+class _Dialect:
+    """What differs between chat and completions responses."""
+
+    def __init__(self, chat: bool, logprobs: Optional[int]) -> None:
+        self.chat = chat
+        self.logprobs = logprobs
+        self.prefix = "chatcmpl-" if chat else "cmpl-"
+        self.object = "chat.completion" if chat else "text_completion"
+        self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
+
+    def logprobs_of(self, entries: list, offset: int) -> Optional[dict]:
+        if self.logprobs is None:
+            return None
+        return _chat_logprobs(entries) if self.chat else _completion_logprobs(entries, offset)
+
+    def full(self, gen: Generation) -> dict:
+        logprobs = self.logprobs_of(gen.logprobs, 0)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": gen.text,
+                                              "refusal": None},
+                      "logprobs": logprobs, "finish_reason": gen.finish_reason}
+        else:
+            choice = {"index": 0, "text": gen.text, "logprobs": logprobs,
+                      "finish_reason": gen.finish_reason}
+        return {"id": self.prefix + gen.id, "object": self.object, "created": gen.created,
+                "model": gen.model.id, "choices": [choice], "usage": gen.usage()}
+
+    def chunk(self, gen: Generation, choices: list, include_usage: bool) -> str:
+        chunk = {"id": self.prefix + gen.id, "object": self.chunk_object,
+                 "created": gen.created, "model": gen.model.id, "choices": choices}
+        if include_usage:
+            chunk["usage"] = None
+        return _dumps(chunk)
+
+    def choice(self, text: Optional[str], logprobs: Optional[dict], finish: Optional[str],
+               role: bool = False) -> dict:
+        if self.chat:
+            delta: dict = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
+
+
+async def _stream_events(gen: Generation, dialect: _Dialect,
+                         include_usage: bool) -> AsyncIterator[str]:
+    """The SSE ``data`` payloads of a streamed reply; finishes the generation."""
+    status, error = STATUS_CLIENT_CLOSED, "The client closed the stream."
+    try:
+        if dialect.chat:
+            yield dialect.chunk(gen, [dialect.choice("", None, None, role=True)], include_usage)
+        offset = 0
+        try:
+            async for event in gen.events():
+                if event.kind == "delta":
+                    logprobs = dialect.logprobs_of(list(event.logprobs), offset)
+                    offset += len(event.text)
+                    yield dialect.chunk(gen, [dialect.choice(event.text, logprobs, None)],
+                                        include_usage)
+        except ApiError as exc:
+            status, error = exc.status, exc.message
+            yield _dumps(exc.body())
+            return
+        yield dialect.chunk(gen, [dialect.choice(None if dialect.chat else "", None,
+                                                 gen.finish_reason)], include_usage)
+        if include_usage:
+            yield _dumps({"id": dialect.prefix + gen.id, "object": dialect.chunk_object,
+                          "created": gen.created, "model": gen.model.id, "choices": [],
+                          "usage": gen.usage()})
+        yield "[DONE]"
+        status, error = 200, ""
+    finally:
+        gen.finish(status, error)
+
+
+async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _Dialect,
+                   options: Callable[[int], Any], messages: Optional[list] = None,
+                   prompt: Optional[str] = None, log_fields: Optional[dict] = None):
+    stream, include_usage = _stream_flags(body)
+    gen = await core.start(request, body.get("model"), options, messages=messages,
+                           prompt=prompt, log_fields=log_fields)
+    if stream:
+        return EventSourceResponse(_stream_events(gen, dialect, include_usage), sep="\n",
+                                   ping=15)
+    try:
+        await gen.collect(request)
+    except ApiError as exc:
+        gen.finish(exc.status, exc.message)
+        raise
+    except BaseException:
+        gen.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
+        raise
+    gen.finish(200)
+    return JSONResponse(dialect.full(gen))
+
+
+# -- endpoints ------------------------------------------------------------------------
+
+
+def routes(core: ServerCore) -> list[Route]:
+    """The OpenAI endpoints, bound to ``core``."""
+
+    def describe(model: Any) -> dict:
+        entry = core.pool.peek(model.path)
+        if entry is not None:
+            slots, context = entry.slots, entry.context_per_slot
+        else:
+            slots = core.pool.parallel
+            context = core.pool.settings_for(model.path).context_length or model.context_length
+        return {"id": model.id, "object": "model", "created": model.created,
+                "owned_by": "quantdesk", "loaded": entry is not None, "slots": slots,
+                "context_per_slot": context, "context_length": context,
+                "name": model.name, "path": str(model.path)}
+
+    async def list_models(request: Request, log_fields: dict) -> JSONResponse:
+        models = served_models(core.library, rescan=True)
+        return JSONResponse({"object": "list", "data": [describe(m) for m in models]})
+
+    async def get_model(request: Request, log_fields: dict) -> JSONResponse:
+        return JSONResponse(describe(core.resolve(request.path_params["model"])))
+
+    async def chat_completions(request: Request, log_fields: dict):
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        messages = chat_messages(body.get("messages"))
+        body.refuse("tools", "tool calling is not offered by this server yet.")
+        body.refuse("tool_choice", "tool calling is not offered by this server yet.",
+                    unless="none")
+        body.refuse("audio", "this server makes text only.")
+        logprobs = body.boolean("logprobs", False)
+        top = body.integer("top_logprobs", None, 0, MAX_TOP_LOGPROBS)
+        if top is not None and not logprobs:
+            raise ApiError(400, "The field `top_logprobs` needs `logprobs` set to true.",
+                           param="top_logprobs", code="invalid_value")
+        values = dict(_sampling(body, chat=True), **_output_format(body))
+        values["logprobs"] = (top or 0) if logprobs else None
+        return await _respond(core, request, body, _Dialect(True, values["logprobs"]),
+                              _options_maker(values), messages=messages,
+                              log_fields=log_fields)
+
+    async def completions(request: Request, log_fields: dict):
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise ApiError(400, "The field `prompt` must be a string (one prompt per "
+                                "request).", param="prompt", code="invalid_value")
+        body.only_one("best_of")
+        body.refuse("suffix", "this server does not fill in the middle.", unless="")
+        body.refuse("echo", "this server does not echo the prompt.", unless=False)
+        logprobs = body.integer("logprobs", None, 0, MAX_TOP_LOGPROBS)
+        values = dict(_sampling(body, chat=False), **_output_format(body))
+        values["logprobs"] = logprobs
+        return await _respond(core, request, body, _Dialect(False, logprobs),
+                              _options_maker(values), prompt=prompt, log_fields=log_fields)
+
+    return [
+        Route("/v1/models", core.endpoint(list_models), methods=["GET"]),
+        Route("/v1/models/{model:path}", core.endpoint(get_model),
+              methods=["GET"]),
+        Route("/v1/chat/completions", core.endpoint(chat_completions), methods=["POST"]),
+        Route("/v1/completions", core.endpoint(completions), methods=["POST"]),
+    ]

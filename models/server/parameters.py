@@ -1,0 +1,146 @@
+"""Reading request fields with sentences for every mistake, and building engine options.
+
+Shared by every dialect: :class:`Fields` reads one JSON object's fields by type and range
+(a wrong type, a huge number, a NaN: a 400 naming the field); :func:`build_options`
+makes the engine's :class:`~models.engine.ChatOptions`; :func:`structured_fields` maps a
+requested output format onto the engine's structured output (``models.structured``),
+which refuses, before any token, a schema it cannot enforce — never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from models.server.errors import ApiError
+
+MAX_INT = 1 << 53  # beyond this, JSON numbers lose precision in most clients
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+class Fields:
+    """Typed access to the fields of a JSON object; ``where`` prefixes field names."""
+
+    def __init__(self, values: dict, where: str = "") -> None:
+        self.values = values
+        self.where = where
+
+    def _name(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def _bad(self, name: str, message: str) -> ApiError:
+        return ApiError(400, f"The field `{self._name(name)}` {message}", param=self._name(name),
+                        code="invalid_value")
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def number(self, name: str, default: Optional[float], low: float, high: float) -> Optional[float]:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise self._bad(name, f"must be a number, not {_kind(value)}.")
+        if not low <= value <= high:
+            raise self._bad(name, f"is {value}; it must be from {low} to {high}.")
+        return float(value)
+
+    def integer(self, name: str, default: Optional[int], low: int, high: int) -> Optional[int]:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_INT:
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(name, f"must be a whole number, not {_kind(value)}.")
+        if not low <= value <= high:
+            raise self._bad(name, f"is {value}; it must be a whole number from {low} to {high}.")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._bad(name, f"must be true or false, not {_kind(value)}.")
+        return value
+
+    def string(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._bad(name, f"must be a string, not {_kind(value)}.")
+        return value
+
+    def obj(self, name: str) -> Optional["Fields"]:
+        value = self.values.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._bad(name, f"must be an object, not {_kind(value)}.")
+        return Fields(value, self._name(name))
+
+    def strings(self, name: str, most: int) -> tuple[str, ...]:
+        """A string or a list of strings (``stop``)."""
+        value = self.values.get(name)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._bad(name, "must be a string or a list of strings.")
+        if len(value) > most:
+            raise self._bad(name, f"has {len(value)} entries; at most {most} are allowed.")
+        return tuple(v for v in value if v)
+
+    def only_one(self, name: str) -> None:
+        """``n``-like fields: several choices per request are not offered."""
+        count = self.integer(name, 1, 1, MAX_INT)
+        if count != 1:
+            raise self._bad(name, f"is {count}, but this server makes one choice per request; "
+                                  "send several requests (they are served in parallel).")
+
+    def refuse(self, name: str, why: str, unless: Any = None) -> None:
+        """Refuse a field this server does not offer, unless it holds its neutral value."""
+        value = self.values.get(name)
+        if value is not None and value != unless and value != [] and value != {}:
+            raise self._bad(name, f"is not supported: {why}")
+
+
+def build_options(**values: Any) -> Any:
+    """The engine's ChatOptions from these fields.
+
+    A field this engine does not have yet is refused when it asks for something (a
+    non-default value) rather than dropped silently.
+    """
+    from models.engine.options import ChatOptions
+
+    known = ChatOptions.__dataclass_fields__
+    missing = sorted(k for k, v in values.items() if k not in known and v not in (None, 0, 0.0))
+    if missing:
+        raise ApiError(400, f"This QuantDesk engine does not offer {', '.join(missing)} yet.",
+                       param=missing[0], code="unsupported_parameter")
+    return ChatOptions(**{k: v for k, v in values.items() if k in known})
+
+
+def structured_fields(kind: str, schema: Any = None) -> dict:
+    """The ChatOptions fields for an output format: ``"text"``, ``"json"`` (any JSON
+    object or value) or ``"json_schema"`` (``schema``, enforced by the grammar; what it
+    cannot enforce is refused when the reply is created)."""
+    if kind == "text":
+        return {}
+    if kind == "json":
+        return {"response_format": "json"}
+    if not isinstance(schema, (dict, bool)):
+        raise ApiError(400, "The JSON schema must be a JSON object such as "
+                            '{"type": "object", "properties": {...}}.', param="schema",
+                       code="invalid_schema")
+    return {"response_format": "json_schema", "schema": schema}
