@@ -44,8 +44,9 @@ sys.path.insert(0, str(REPO / "packaging"))
 
 from llama_cmake_args import LLAMA_CPP_PYTHON, cmake_args  # noqa: E402
 
-#: The CMake targets built (``ggml-rpc-server`` is the RPC worker, ``rpc-server`` in docs).
-TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-imatrix",
+#: The CMake targets built, one after the other in this order, so the first ones can be
+#: used while the others build (``ggml-rpc-server`` is the RPC worker, ``rpc-server`` in docs).
+TARGETS = ("llama-bench", "llama-server", "llama-perplexity", "llama-imatrix",
            "llama-quantize", "ggml-rpc-server")
 
 #: Options beside this CPU's: the tools only, no tests, the server without its web UI
@@ -99,14 +100,16 @@ class LlamaTools:
                               capture_output=True, text=True, check=True, **kwargs)
 
 
-def find_tools(cache: Optional[Path] = None) -> Optional[LlamaTools]:
-    """The cached build in ``cache`` if it is complete and made from today's options."""
+def find_tools(cache: Optional[Path] = None,
+               needed: Sequence[str] = TARGETS) -> Optional[LlamaTools]:
+    """The cached build in ``cache`` if it holds the ``needed`` tools and was made from
+    today's options (``BUILD_INFO`` is written when the configure step succeeds)."""
     cache = Path(cache or default_cache_dir())
     info = cache / "BUILD_INFO"
     tools = LlamaTools(cache / "build" / "bin")
     if not info.is_file() or info.read_text() != build_info():
         return None
-    if not all(os.access(tools.path(t), os.X_OK) for t in TARGETS):
+    if not all(os.access(tools.path(t), os.X_OK) for t in needed):
         return None
     return tools
 
@@ -148,14 +151,15 @@ def build_tools(cache: Optional[Path] = None, jobs: int = 2, nice: int = 5) -> L
     with open(cache / "build.log", "a") as log:
         source = unpack_sdist(cache, log)
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        for command in (
-            ["cmake", "-S", str(source), "-B", str(build), *generator, *build_options()],
-            [*prefix, "cmake", "--build", str(build), "-j", str(jobs), "--target", *TARGETS],
-        ):
+        commands = [["cmake", "-S", str(source), "-B", str(build), *generator, *build_options()]]
+        commands += [[*prefix, "cmake", "--build", str(build), "-j", str(jobs), "--target", target]
+                     for target in TARGETS]
+        for index, command in enumerate(commands):
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-    (cache / "BUILD_INFO").write_text(build_info())
+            if index == 0:  # configured with today's options: finished tools are usable
+                (cache / "BUILD_INFO").write_text(build_info())
     tools = find_tools(cache)
     if tools is None:
         raise RuntimeError(f"the build in {build} did not produce {', '.join(TARGETS)}")
@@ -169,9 +173,11 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/quantdesk-llama-tools); built there when missing")
 
 
-def require_tools(cache: Optional[Path], build: bool = True) -> LlamaTools:
-    """The tools for a benchmark: found, or built when ``build`` (else exit with how to)."""
-    tools = find_tools(cache)
+def require_tools(cache: Optional[Path], build: bool = True,
+                  needed: Sequence[str] = TARGETS) -> LlamaTools:
+    """The ``needed`` tools for a benchmark: found, or built when ``build`` (else exit
+    with how to)."""
+    tools = find_tools(cache, needed)
     if tools is not None:
         return tools
     if not build:
