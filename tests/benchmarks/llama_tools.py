@@ -166,6 +166,21 @@ def build_tools(cache: Optional[Path] = None, jobs: int = 2, nice: int = 5) -> L
     return tools
 
 
+def machine_line() -> str:
+    """The machine a benchmark ran on, for its report: CPU, cores, load average (the
+    other processes' share matters on a shared machine)."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return f"{model}, {os.cpu_count()} cores, load average {load}"
+
+
 def add_argument(parser: argparse.ArgumentParser) -> None:
     """The ``--llama-tools DIR`` option every benchmark that uses the tools takes."""
     parser.add_argument("--llama-tools", type=Path, default=None, metavar="DIR",
