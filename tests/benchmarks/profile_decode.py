@@ -130,6 +130,9 @@ def main() -> int:
                         help="the Chat page's default sampling (temperature 0.7, top-k 40, "
                              "top-p 0.95, min-p 0.05) instead of greedy")
     parser.add_argument("--cprofile", action="store_true", help="cProfile instead of timers")
+    parser.add_argument("--no-pipe", action="store_true",
+                        help="keep the deltas in this process instead of sending them to "
+                             "another (what the pipe and the reader's wake-ups cost)")
     llama_tools.add_argument(parser)
     args = parser.parse_args()
     if args.model is None:
@@ -161,7 +164,7 @@ def main() -> int:
     tokens = 0
     loop_seconds = 0.0
     profile = cProfile.Profile() if args.cprofile else None
-    with engine_pipe() as emit:
+    with (contextlib.nullcontext([].append) if args.no_pipe else engine_pipe()) as emit:
         model.chat(bench_messages(-1, 280), options, cancelled, emit)  # warm-up
         start_profile = profile.enable if profile is not None else (lambda: None)
         timers.patch(llama_cpp, "llama_sampler_sample", "llama_sampler_sample (C)",
@@ -187,6 +190,7 @@ def main() -> int:
     per_token = 1e6 / tokens
     print(f"machine: {llama_tools.machine_line()}")
     print(f"{args.model.name}, {args.threads} threads, {'sampled' if args.sampled else 'greedy'}, "
+          f"deltas {'kept in this process' if args.no_pipe else 'sent through a pipe'}, "
           f"{args.runs} replies of {args.tokens} tokens: {loop_seconds * per_token:.0f} us per "
           f"token in the decode loop ({tokens / loop_seconds:.1f} tok/s)")
     tools = llama_tools.find_tools(args.llama_tools, needed=("llama-bench",))
