@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -53,7 +54,7 @@ from tests.benchmarks import llama_tools  # noqa: E402
 
 THREADS, CONTEXT_PER_SLOT, BATCH = 2, 4096, 512
 DECODE_TOKENS = 128
-CONVERSATIONS, CONVERSATION_TOKENS, RESUMED_ROUNDS, REPLY_TOKENS = 8, 2000, 2, 16
+CONVERSATIONS, RESUMED_ROUNDS, REPLY_TOKENS = 8, 2, 16
 START_TIMEOUT = 900.0  # seconds; a busy 2-core machine loads slowly
 PARTS = ("decode", "latency", "resume", "concurrent")
 
@@ -285,14 +286,11 @@ def bench_latency(http, servers: list[Server], model_id: str, model: Path, runs:
           f"(goal <= 5 ms)")
 
 
-def conversation(client: int) -> list[dict]:
+def bench_resume(http, servers: list[Server], model_id: str, length: int) -> None:
     from models.engine.benchmark import bench_messages
 
-    return bench_messages(1000 + client, CONVERSATION_TOKENS)
-
-
-def bench_resume(http, servers: list[Server], model_id: str) -> None:
-    talks = {s.name: [conversation(k) for k in range(CONVERSATIONS)] for s in servers}
+    talks = {s.name: [bench_messages(1000 + k, length) for k in range(CONVERSATIONS)]
+             for s in servers}
     cold: dict[str, list[float]] = {s.name: [] for s in servers}
     warm: dict[str, list[float]] = {s.name: [] for s in servers}
     cached: dict[str, list[int]] = {s.name: [] for s in servers}
@@ -305,7 +303,7 @@ def bench_resume(http, servers: list[Server], model_id: str) -> None:
                 (cold if round_ == 0 else warm)[server.name].append(reply.ttft)
                 if round_ and reply.cached_tokens is not None:
                     cached[server.name].append(reply.cached_tokens)
-                if reply.usage:
+                if reply.usage and round_ == 0:  # the cold prompt's length
                     prompt_tokens[server.name] = reply.usage.get("prompt_tokens", 0)
                 messages += [{"role": "assistant", "content": reply.text},
                              {"role": "user", "content": f"Go on (turn {round_ + 1})."}]
@@ -364,15 +362,23 @@ def both_servers(tools, model: Path, home: Path, model_id: str,
 
 
 def main() -> int:
+    global THREADS
     parser = argparse.ArgumentParser()
     parser.add_argument("model", nargs="?", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default: all of {', '.join(PARTS)})")
+    parser.add_argument("--threads", type=int, default=THREADS,
+                        help=f"threads of both servers (default {THREADS})")
+    parser.add_argument("--conversation-tokens", type=int, default=2000,
+                        help="length of each client's conversation in part 3 (default 2000)")
     parser.add_argument("--no-llama-server", action="store_true",
                         help="our server alone (no ratios), e.g. while the tools build")
     llama_tools.add_argument(parser)
     args = parser.parse_args()
+    THREADS = args.threads
+    # Stopped from outside: still stop the servers (the finally blocks run on SystemExit).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parts = set(args.only.split(","))
     if args.model is None:
         from tests.conftest import cached_models_dir, fetch_smollm2
@@ -399,9 +405,9 @@ def main() -> int:
                     print("\n2. added latency per request (1 slot)", flush=True)
                     bench_latency(http, servers, model_id, args.model, args.runs)
                 if "resume" in parts:
-                    print(f"\n3. {CONVERSATIONS} clients taking turns, ~{CONVERSATION_TOKENS}-"
+                    print(f"\n3. {CONVERSATIONS} clients taking turns, ~{args.conversation_tokens}-"
                           "token conversations (1 slot)", flush=True)
-                    bench_resume(http, servers, model_id)
+                    bench_resume(http, servers, model_id, args.conversation_tokens)
         if "concurrent" in parts:
             with both_servers(tools, args.model, home, model_id, 4) as servers:
                 print("\n4. 4 concurrent clients (4 slots)", flush=True)
