@@ -115,9 +115,14 @@ class _SavedChat:
             if last is not None:
                 print(last["content"])
 
-    def record(self, user: dict, reply) -> None:
-        """Store a finished turn (a stopped reply keeps what it had)."""
-        self.history += [user, {"role": "assistant", "content": reply.text}]
+    def record(self, user: dict, reply, opened: bool = False) -> None:
+        """Store a finished turn (a stopped reply keeps what it had). A reasoning model's
+        thinking is stored apart from its answer (``opened``: its prompt opened the
+        thinking), and only the answer goes back to the model in later turns."""
+        from models.engine.reasoning import split_reasoning
+
+        reasoning, answer = split_reasoning(reply.text, opened)
+        self.history += [user, {"role": "assistant", "content": answer}]
         if self.store is None:
             return
         new = []
@@ -126,7 +131,8 @@ class _SavedChat:
             self.stored, new = True, list(self.start)
             print(f"(saved as conversation {self.id[:8]}; reopen it with --resume {self.id[:8]})",
                   file=sys.stderr)
-        self.store.add_messages(self.id, new + [user, {"role": "assistant", "content": reply.text,
+        self.store.add_messages(self.id, new + [user, {"role": "assistant", "content": answer,
+                                                       "reasoning": reasoning,
                                                        "stats": reply.stats.to_dict()}],
                                 model=self.model)
 
@@ -139,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from app.core.conversations import ConversationStore
     from models.engine import ChatOptions, EngineClient
     from models.engine.options import validate_options
+    from models.engine.reasoning import reply_opens_reasoning
 
     settings = load_settings_from_args(args)
     options = ChatOptions(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
@@ -175,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
                 print("(new conversation)", file=sys.stderr)
                 continue
             user = {"role": "user", "content": text}
+            opened = options.response_format == "text" and reply_opens_reasoning(
+                report.model.chat_template, chat.history + [user], options.thinking)
             try:
                 reply = stream_reply(client, chat.history + [user], options, conversation_id=chat.id)
             except QuantDeskError as exc:  # EngineCrashed too: the message can be sent again
@@ -182,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(_stats_line(reply), file=sys.stderr, flush=True)
             try:
-                chat.record(user, reply)
+                chat.record(user, reply, opened)
             except QuantDeskError as exc:  # the turn stays in this session's memory
                 print(f"This turn was not saved: {exc.user_message}", file=sys.stderr)
     return 0

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         for message in store.branch(conversation.id):  # the current branch, as the GUI shows it
             version = f", version {message.version}/{len(message.versions)}" \
                 if len(message.versions) > 1 else ""
+            if message.reasoning:  # a reasoning model's thinking, before its answer
+                print(f"\n[{message.role} thinking{version}]\n{message.reasoning}")
             print(f"\n[{message.role}{version}]\n{message.content}")
     elif args.action == "rename":
         store.rename(args.id, " ".join(args.title))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -15,6 +16,8 @@ import threading
 from app.core.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
+
+API_KEY_ENV = "QUANTDESK_API_KEY"  # kept out of `ps` listings, unlike --api-key
 
 
 def _print_entry(entry) -> None:
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from models.server.controller import ServerController
     from models.library import Library
 
-    api_key = args.api_key
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if api_key is None and args.stored_key:
         api_key = load_api_key()
         if api_key is None:
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
                           parallel=args.parallel, idle_unload_seconds=args.idle_unload,
                           cors_origins=tuple(args.cors_origin or ()),
                           allowed_hosts=tuple(args.allow_host or ()),
-                          queue_limit=args.queue_limit, log_requests=False)
+                          queue_limit=args.queue_limit, log_requests=False,
+                          prompt_cache_ram_mb=args.prompt_cache_mb)
     library = Library()
     preload = []
     for name in args.models:
@@ -91,7 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
     parser.add_argument("--api-key", default=None,
-                        help="key clients must send (Authorization: Bearer KEY)")
+                        help="key clients must send (Authorization: Bearer KEY); "
+                             f"{API_KEY_ENV} in the environment does the same without showing "
+                             "the key to other users' process listings")
     parser.add_argument("--stored-key", action="store_true",
                         help="use the key stored on the Server page")
     parser.add_argument("--parallel", type=int, default=None, metavar="N",
@@ -100,6 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="unload a model after this long unused (0: never; default 600)")
     parser.add_argument("--queue-limit", type=int, default=64, metavar="N",
                         help="requests that may wait for a slot per model; more get 429")
+    parser.add_argument("--prompt-cache-mb", type=int, default=None, metavar="MB",
+                        help="RAM per model for prompts kept for reuse (default: the engine's)")
     parser.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                         help="a web origin allowed to call the API from a browser (repeatable)")
     parser.add_argument("--allow-host", action="append", metavar="NAME",

@@ -2,6 +2,9 @@
 
 Both hold the current branch, as the chat shows it. JSON also carries each reply's
 stats and which version of how many a message is, so nothing seen on screen is lost.
+A reasoning model's thinking is its own part: a folded ``<details>`` block before the
+answer in Markdown (GitHub and most viewers show it closed, as the chat does), a
+``reasoning`` field beside ``content`` in JSON.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from app.core.conversations import ConversationStore
 from app.core.errors import QuantDeskError
 from app.core.jobs import atomic_output
+from models.engine.reasoning import thought_for
 
 FORMATS = ("markdown", "json")
 _ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
@@ -25,7 +29,13 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
     if conversation.model:
         lines += [f"*Model: {Path(conversation.model).name}*", ""]
     for message in store.branch(conversation.id):
-        lines += [f"## {_ROLE_NAMES.get(message.role, message.role)}", "", message.content, ""]
+        lines += [f"## {_ROLE_NAMES.get(message.role, message.role)}", ""]
+        if message.reasoning:
+            # Blank lines around the body: Markdown inside <details> is rendered only then.
+            seconds = (message.stats or {}).get("reasoning_seconds")
+            lines += [f"<details><summary>{thought_for(seconds)}</summary>", "",
+                      message.reasoning, "", "</details>", ""]
+        lines += [message.content, ""]
     return "\n".join(lines)
 
 
@@ -36,7 +46,8 @@ def conversation_json(store: ConversationStore, conversation_id: str) -> dict:
         "id": conversation.id, "title": conversation.title, "model": conversation.model,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(conversation.created)),
         "messages": [{"role": m.role, "content": m.content, "stats": m.stats,
-                      "version": m.version, "versions": len(m.versions)}
+                      "version": m.version, "versions": len(m.versions),
+                      **({"reasoning": m.reasoning} if m.reasoning else {})}
                      for m in store.branch(conversation.id)],
     }
 

@@ -20,7 +20,9 @@ The schema grows by an append-only migration (``PRAGMA user_version``): version 
 ``conversations.settings`` with ``ALTER TABLE ... ADD COLUMN`` and rewrites no row. A
 ``NULL`` parent means "the message stored before me" and a ``NULL`` head "the last
 message", so a database written before the migration reads as the single branch it
-always was.
+always was. Version 2 adds ``messages.reasoning``: a reasoning model's thinking, kept
+apart from its answer (``content``) — shown folded, exported, searched, and not sent back
+to the model as part of the answer (``NULL`` for every message without one).
 
 Never losing a conversation: every message is written in its own transaction (WAL
 journal, so a crash mid-write leaves the last complete state), a reply is stored once it
@@ -64,6 +66,8 @@ _MIGRATIONS = (
     "ALTER TABLE messages ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE conversations ADD COLUMN head INTEGER;"
     "ALTER TABLE conversations ADD COLUMN settings TEXT;",
+    # 2: a reasoning model's thinking, apart from its answer. NULL: none.
+    "ALTER TABLE messages ADD COLUMN reasoning TEXT;",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 ROOT = -1  # the parent of a conversation's first message
@@ -95,6 +99,7 @@ class BranchMessage:
         version: 1-based position among the messages sharing its parent.
         versions: ``seq`` of every version (siblings, oldest first, itself included).
         stats: The reply's :class:`~models.engine.ChatStats` as a dict, or ``None``.
+        reasoning: A reasoning model's thinking before ``content`` (its answer); "" for none.
     """
 
     seq: int
@@ -105,10 +110,12 @@ class BranchMessage:
     stats: Optional[dict]
     version: int = 1
     versions: list[int] = field(default_factory=list)
+    reasoning: str = ""
 
     @property
     def message(self) -> dict:
-        """``{"role", "content"}``, as the engine takes it."""
+        """``{"role", "content"}``, as the engine takes it: the answer without the
+        reasoning (``ThinkingTemplate.history_message`` adds it for templates that read it)."""
         return {"role": self.role, "content": self.content}
 
 
@@ -220,7 +227,8 @@ class ConversationStore:
 
         Args:
             conversation_id: The conversation's full id.
-            messages: ``{"role", "content"}`` dicts, optionally with ``"stats"`` (a dict).
+            messages: ``{"role", "content"}`` dicts, optionally with ``"stats"`` (a dict)
+                and ``"reasoning"`` (a reasoning model's thinking, apart from its answer).
             parent: The ``seq`` to continue from: ``None`` for the head (the end of the
                 branch on screen), the parent of an answer to regenerate it (a new
                 version), the parent of a user message to edit it (a new branch), or
@@ -251,9 +259,10 @@ class ConversationStore:
                 seq += 1
                 stats = message.get("stats")
                 db.execute("INSERT INTO messages (conversation_id, seq, role, content, created, "
-                           "stats, parent) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           "stats, parent, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            (conversation_id, seq, message["role"], message["content"], now,
-                            json.dumps(stats) if stats else None, after))
+                            json.dumps(stats) if stats else None, after,
+                            message.get("reasoning") or None))
                 if not title and message["role"] == "user":
                     title = title_from(message["content"])
                 seqs.append(seq)
@@ -290,13 +299,13 @@ class ConversationStore:
     @staticmethod
     def _tree(db: sqlite3.Connection, full_id: str) -> tuple[dict, dict, Optional[int]]:
         """Every message by seq, the visible children of each parent, and the head."""
-        rows = db.execute("SELECT seq, parent, role, content, created, stats, hidden FROM messages "
-                          "WHERE conversation_id = ? ORDER BY seq", (full_id,)).fetchall()
+        rows = db.execute("SELECT seq, parent, role, content, created, stats, hidden, reasoning "
+                          "FROM messages WHERE conversation_id = ? ORDER BY seq", (full_id,)).fetchall()
         by_seq: dict[int, tuple] = {}
         children: dict[int, list[int]] = {}
-        for seq, parent, role, content, created, stats, hidden in rows:
+        for seq, parent, role, content, created, stats, hidden, reasoning in rows:
             parent = (seq - 1 if seq > 0 else ROOT) if parent is None else parent  # before v1
-            by_seq[seq] = (parent, role, content, created, stats, hidden)
+            by_seq[seq] = (parent, role, content, created, stats, hidden, reasoning)
             if not hidden:
                 children.setdefault(parent, []).append(seq)
         head = db.execute("SELECT head FROM conversations WHERE id = ?", (full_id,)).fetchone()
@@ -312,13 +321,13 @@ class ConversationStore:
             seq = by_seq[seq][0] if by_seq[seq][0] != ROOT else None
         branch = []
         for seq in reversed(path):
-            parent, role, content, created, stats, hidden = by_seq[seq]
+            parent, role, content, created, stats, hidden, reasoning = by_seq[seq]
             if hidden:
                 continue
             siblings = children.get(parent, [seq])
             branch.append(BranchMessage(seq, parent, role, content, created,
                                         json.loads(stats) if stats else None,
-                                        siblings.index(seq) + 1, siblings))
+                                        siblings.index(seq) + 1, siblings, reasoning or ""))
         return branch
 
     def select(self, conversation_id: str, seq: int) -> None:
@@ -374,14 +383,16 @@ class ConversationStore:
 
     def search(self, text: str) -> list[Conversation]:
         """Conversations whose title or any message contains ``text`` (case-insensitive for
-        ASCII), the most recently used first; every conversation for empty text."""
+        ASCII) — in a message's answer or in its reasoning —, the most recently used
+        first; every conversation for empty text."""
         needle = text.strip()
         if not needle:
             return self.list()
         pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         return self._list(where="WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM "
                                "messages s WHERE s.conversation_id = c.id AND s.hidden = 0 AND "
-                               "s.content LIKE ?1 ESCAPE '\\')", args=(pattern,))
+                               "(s.content LIKE ?1 ESCAPE '\\' OR s.reasoning LIKE ?1 ESCAPE '\\'))",
+                          args=(pattern,))
 
     def resolve(self, id_or_prefix: str) -> str:
         """The full id of the one conversation whose id starts with ``id_or_prefix``."""

@@ -9,7 +9,8 @@ broken file never stops the app from opening.
 Keys in use (each owner documents its values): ``theme`` (``system`` / ``light`` /
 ``dark``), ``window_geometry`` (base64 of Qt's saveGeometry), ``default_load_settings``
 (a dict of :class:`models.engine.settings.LoadSettings` fields), ``hf_endpoint``,
-``models_folder`` (read by :func:`app.core.paths.app_paths`).
+``models_folder`` (read by :func:`app.core.paths.app_paths`), ``server`` (the local API
+server's settings: :mod:`app.core.server_settings`).
 """
 
 from __future__ import annotations

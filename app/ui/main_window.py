@@ -1,4 +1,4 @@
-"""The main window: a sidebar with the four places of the app, a stack of pages, and the
+"""The main window: a sidebar with the places of the app, a stack of pages, and the
 one "open this path" entry (:meth:`MainWindow.open_path`) that the command line, the File
 menu and drops anywhere on the window all go through.
 """

@@ -1,7 +1,7 @@
-"""The four places of the app — Chat, Models, Quantize, Settings — and their base class.
+"""The places of the app — Chat, Models, Quantize, Server, Settings — and their base class.
 
 Each page lives in its own folder (``app/ui/chat/``, ``app/ui/models/``,
-``app/ui/quantize/``, ``app/ui/settings/``) so that work on one page never touches the
+``app/ui/quantize/``, ``app/ui/server/``, ``app/ui/settings/``) so that work on one page never touches the
 window or another page. The window talks to a page only through :class:`Page`'s hooks.
 """
 
@@ -71,6 +71,7 @@ def page_classes() -> tuple[type[Page], ...]:
     from app.ui.chat.page import ChatPage
     from app.ui.models.page import ModelsPage
     from app.ui.quantize.page import QuantizePage
+    from app.ui.server.page import ServerPage
     from app.ui.settings.page import SettingsPage
 
-    return (ChatPage, ModelsPage, QuantizePage, SettingsPage)
+    return (ChatPage, ModelsPage, QuantizePage, ServerPage, SettingsPage)

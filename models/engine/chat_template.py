@@ -7,7 +7,8 @@ templates come from downloaded files, so they must not reach Python objects or m
 the messages — with ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols`` extension, a
 ``tojson`` filter that keeps non-ASCII text, and the globals templates call:
 ``raise_exception`` and ``strftime_now``. ``{% generation %}`` blocks (used by HF for
-training masks) render their body.
+training masks) render their body. A thinking choice is passed as the template's own
+switch variable (``enable_thinking=False`` for Qwen3; see :mod:`models.engine.reasoning`).
 
 Models without a template get a preset (:data:`PRESETS`): ChatML, Llama-3, Gemma, Phi-3
 or Mistral, guessed from the architecture and the tokens the vocabulary has.
@@ -115,6 +116,11 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None
 
 @lru_cache(maxsize=8)
 def _compile(template: str):
+    return _environment().from_string(template)
+
+
+@lru_cache(maxsize=1)
+def _environment():
     import jinja2
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -135,7 +141,24 @@ def _compile(template: str):
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
-    return env.from_string(template)
+    return env
+
+
+@lru_cache(maxsize=8)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables a template reads that it does not set itself (``messages``,
+    ``add_generation_prompt``, ``enable_thinking``…): what a caller may pass it.
+
+    Raises:
+        QuantDeskError: The template does not parse.
+    """
+    import jinja2
+    from jinja2 import meta
+
+    try:
+        return frozenset(meta.find_undeclared_variables(_environment().parse(template)))
+    except jinja2.TemplateError as exc:
+        raise _template_error(exc) from exc
 
 
 def render_chat(
@@ -145,24 +168,46 @@ def render_chat(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    thinking: Optional[bool] = None,
     **extra: Any,
 ) -> str:
     """Render ``messages`` with a Jinja chat template.
+
+    Args:
+        thinking: Turn a reasoning model's thinking on or off through the template's
+            switch (``enable_thinking``…); ``None`` leaves the template's default, and a
+            template without a switch ignores it.
+        extra: More template variables (``tools``…).
 
     Raises:
         QuantDeskError: The template is broken or refuses the conversation (e.g. a
             model that requires user and assistant turns to alternate).
     """
+    if thinking is not None:
+        from models.engine.reasoning import thinking_template
+
+        extra = {**thinking_template(template).variables(thinking), **extra}
+    return render_with(template, messages, dict(extra, bos_token=bos_token, eos_token=eos_token,
+                                                add_generation_prompt=add_generation_prompt))
+
+
+def render_with(template: str, messages: Sequence[dict], variables: dict) -> str:
+    """Render ``messages`` with exactly ``variables`` (a template variable may share a
+    name with one of :func:`render_chat`'s arguments, ``thinking`` say).
+
+    Raises:
+        QuantDeskError: As :func:`render_chat`.
+    """
     import jinja2
 
     try:
-        compiled = _compile(template)
-        return compiled.render(messages=list(messages), bos_token=bos_token,
-                               eos_token=eos_token,
-                               add_generation_prompt=add_generation_prompt, **extra)
+        return _compile(template).render(messages=list(messages), **variables)
     except jinja2.TemplateError as exc:
-        raise QuantDeskError(
-            f"The model's chat template could not format this conversation: {exc}.",
-            "Edit the conversation (many models need user and assistant turns to "
-            "alternate), or choose a chat format preset in the model's settings.",
-        ) from exc
+        raise _template_error(exc) from exc
+
+
+def _template_error(exc: Exception) -> QuantDeskError:
+    return QuantDeskError(
+        f"The model's chat template could not format this conversation: {exc}.",
+        "Edit the conversation (many models need user and assistant turns to "
+        "alternate), or choose a chat format preset in the model's settings.")

@@ -57,6 +57,9 @@ class ChatOptions:
             schema is refused before generating, with the list of those features.
         fast_forward: Append the text the grammar forces (keys, punctuation, the rest of
             an enum value) without sampling it.
+        thinking: A reasoning model thinks before answering (``True``) or answers at once
+            (``False``), through its template's switch (``enable_thinking``); ``None`` is
+            the template's default. Templates without a switch ignore it.
     """
 
     temperature: float = 0.7
@@ -77,6 +80,7 @@ class ChatOptions:
     grammar: str = ""
     allow_unsupported: bool = False
     fast_forward: bool = True
+    thinking: Optional[bool] = None
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""
@@ -120,6 +124,10 @@ class ChatStats:
     closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
     valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)
     validation_error: str = ""  # why it did not (a cancelled or cut-off reply, say)
+    # Of completion_tokens, those of the reasoning section (its <think> tags included), as
+    # models.engine.reasoning.ReasoningSplitter counts them; 0 for a reply without one.
+    reasoning_tokens: int = 0
+    reasoning_seconds: float = 0.0  # from the first token to </think> (to the end, unclosed)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -190,6 +198,9 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
     _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
              "Use 8; more helps only when replies copy long passages.")
     _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 3.")
+    if options.thinking is not None and not isinstance(options.thinking, bool):
+        raise QuantDeskError("The option thinking must be on, off or the model's default.",
+                             "Choose on, off, or leave it unset.")
     output_constraint(options)
     return options
 

@@ -64,14 +64,17 @@ class ServerController:
     def __init__(self, config: ServerConfig, engines: Optional[EnginePool] = None,
                  library: Any = None) -> None:
         self.config = config
+        cache = config.prompt_cache_ram_mb
         self.engines = engines if engines is not None else EnginePool(
-            parallel=config.parallel, idle_unload_seconds=config.idle_unload_seconds)
+            parallel=config.parallel, idle_unload_seconds=config.idle_unload_seconds,
+            prompt_cache_bytes=None if cache is None else cache << 20)
         self.library = library
         self._listeners: list[Callable[[RequestLogEntry], None]] = []
         self._server: Any = None
         self._thread: Optional[threading.Thread] = None
         self._core: Any = None
         self._port = config.port
+        self._stop_lock = threading.Lock()
 
     # -- the request log --------------------------------------------------------------
 
@@ -164,18 +167,20 @@ class ServerController:
 
     def stop(self) -> None:
         """Stop serving: replies in progress end with an error; returns when stopped."""
-        if self._server is None:
-            return
-        if self._core is not None:
-            self._core.cancel_all()
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(STOP_TIMEOUT)
-            if self._thread.is_alive():
-                self._server.force_exit = True
-                self._thread.join(STOP_TIMEOUT)
-        self._server = self._thread = None
-        log.info("server: stopped")
+        with self._stop_lock:
+            server, thread = self._server, self._thread
+            if server is None:
+                return
+            if self._core is not None:
+                self._core.cancel_all()
+            server.should_exit = True
+            if thread is not None:
+                thread.join(STOP_TIMEOUT)
+                if thread.is_alive():
+                    server.force_exit = True
+                    thread.join(STOP_TIMEOUT)
+            self._server = self._thread = None
+            log.info("server: stopped")
 
     def close(self) -> None:
         """Stop serving and unload the models the server loaded."""

@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
+from sse_starlette import EventSourceResponse
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -49,6 +50,7 @@ from models.server.request_log import STATUS_CLIENT_CLOSED, RequestLogEntry
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 2
+PING_SECONDS = 15  # an SSE comment now and then keeps proxies from closing a slow stream
 MAX_JSON_DEPTH = 64
 
 
@@ -368,6 +370,25 @@ class Generation:
 def error_response(error: ApiError) -> Response:
     """An error as the OpenAI API sends it."""
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+class GenerationStream(EventSourceResponse):
+    """A streamed reply as server-sent events (``data: ...`` framing by sse-starlette,
+    which also notices a client that disconnects and closes the event source).
+
+    The generation is finished when the response ends, whatever happened: a client that
+    left before the first event was even sent would otherwise keep its slot.
+    """
+
+    def __init__(self, generation: Generation, events: AsyncIterator[str]) -> None:
+        super().__init__(events, sep="\n", ping=PING_SECONDS)
+        self.generation = generation
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.generation.finish(STATUS_CLIENT_CLOSED, "The client closed the stream.")
 
 
 async def wait_for_disconnect(request: Request) -> None:

@@ -12,6 +12,8 @@ unloads an adopted engine.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 import time
@@ -102,16 +104,23 @@ class EnginePool:
         idle_unload_seconds: Unload a model the pool loaded after this long unused; 0 never.
         client_factory: Makes an engine client (``EngineClient``).
         check_memory: Refuse loads that ``memory_fit`` says will not fit.
+        prompt_cache_bytes: RAM for each engine's prompt cache (``None``: the engine's
+            default), where the engine has one.
     """
 
     def __init__(self, settings_for: Optional[Callable[[Path], Any]] = None,
                  parallel: Optional[int] = None, idle_unload_seconds: float = 600.0,
                  client_factory: Optional[Callable[[], Any]] = None,
-                 check_memory: bool = True) -> None:
+                 check_memory: bool = True, prompt_cache_bytes: Optional[int] = None) -> None:
         if settings_for is None:
             from app.core.model_settings import load_settings_for as settings_for
         if client_factory is None:
             from models.engine.client import EngineClient as client_factory
+
+            accepted = inspect.signature(client_factory).parameters
+            if prompt_cache_bytes is not None and "prompt_cache_bytes" in accepted:
+                client_factory = functools.partial(client_factory,
+                                                   prompt_cache_bytes=prompt_cache_bytes)
         self.settings_for = settings_for
         self.parallel = parallel
         self.idle_unload_seconds = idle_unload_seconds

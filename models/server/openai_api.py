@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator, Callable, Optional
 
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
 from models.server.catalog import served_models
-from models.server.core import Generation, ServerCore, read_json_body
+from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
 from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
@@ -90,7 +89,7 @@ def _sampling(body: Fields, chat: bool) -> dict:
     seed = body.integer("seed", None, -1, MAX_INT)
     values = dict(
         temperature=body.number("temperature", 1.0, 0.0, 2.0),
-        top_p=body.number("top_p", 1.0, 0.0, 1.0) or 1.0,
+        top_p=body.number("top_p", 1.0, 0.0, 1.0),
         seed=None if seed is None or seed < 0 else seed % (2**32 - 1),
         stop=body.strings("stop", MAX_STOP_STRINGS),
         presence_penalty=body.number("presence_penalty", 0.0, -2.0, 2.0),
@@ -100,6 +99,8 @@ def _sampling(body: Fields, chat: bool) -> dict:
         repeat_penalty=body.number("repeat_penalty", 1.0, 0.01, 10.0),
         ignore_eos=body.boolean("ignore_eos", False),
     )
+    if values["top_p"] == 0:  # only the most likely token: greedy, in the engine's terms
+        values.update(top_p=1.0, temperature=0.0)
     names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
     values["max_tokens"] = next((body.integer(n, None, 1, MAX_INT) for n in names
                                  if body.get(n) is not None), None)
@@ -254,8 +255,7 @@ async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _D
     gen = await core.start(request, body.get("model"), options, messages=messages,
                            prompt=prompt, log_fields=log_fields)
     if stream:
-        return EventSourceResponse(_stream_events(gen, dialect, include_usage), sep="\n",
-                                   ping=15)
+        return GenerationStream(gen, _stream_events(gen, dialect, include_usage))
     try:
         await gen.collect(request)
     except ApiError as exc:

@@ -9,6 +9,12 @@
    as in the window — nothing forces a synchronous ``repaint()``). Goal: worst ≤ 50 ms. Also
    printed: the GUI thread's own CPU time per render (take the text, update the document),
    which separates our work from a busy machine's preemption.
+   **With a long thinking section**: the same, for a reasoning model's reply — ≥ 3,000
+   tokens of thinking after ``<think>``, then the answer — split by the
+   :class:`~models.engine.reasoning.ReasoningSplitter` on the producing thread as the
+   page's engine worker does, rendered as the page does (folded, and unfolded from its
+   first token: every thinking token on screen, the whole section re-laid out once as
+   the answer starts). Same goal.
 2. **Decode through the GUI vs EngineClient alone**: the same model, settings and prompt
    (greedy, ``ignore_eos``, fixed length) in pairs of adjacent runs, each side first in
    half the pairs; decode tok/s as the receiving thread sees it (first to last delta). The
@@ -43,6 +49,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 TOKENS, RATE = 4_200, 250  # scripted reply length and tokens per second
+THINKING_TOKENS = 3_200  # the thinking before the answer in the reasoning runs
 DECODE_TOKENS = 256
 
 PARAGRAPH = ("The **engine** streams tokens while the window stays responsive; each "
@@ -63,6 +70,19 @@ def scripted_tokens(count: int) -> list[str]:
     return [text[i:i + 4] for i in range(0, count * 4, 4)]
 
 
+THOUGHT = ("Let me think about how the engine and the window share the machine: decoding "
+           "uses the cores, the window needs a few milliseconds per tick, so the thinking "
+           "text should cost nothing while folded. Wait, check the other case too.\n\n")
+
+
+def scripted_reasoning_tokens(thinking: int, answer: int) -> list[str]:
+    """``<think>``, ``thinking`` tokens of plain reasoning, ``</think>``, then a Markdown
+    answer of ``answer`` tokens (tags whole, as Qwen3's vocabulary has them)."""
+    text = THOUGHT * (thinking * 4 // len(THOUGHT) + 1)
+    return (["<think>", "\n"] + [text[i:i + 4] for i in range(0, thinking * 4, 4)]
+            + ["</think>", "\n\n"] + scripted_tokens(answer))
+
+
 def wait_until(app, condition, timeout=300.0) -> None:
     deadline = time.perf_counter() + timeout
     while not condition():
@@ -72,11 +92,14 @@ def wait_until(app, condition, timeout=300.0) -> None:
             raise TimeoutError("benchmark step timed out")
 
 
-def bench_stall(app) -> dict:
-    from PySide6.QtCore import QTimer
+def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
+    """Stream a scripted reply into the transcript (with ``thinking`` tokens of reasoning
+    first, its section ``unfolded`` or not); the GUI thread's lateness and work."""
+    from PySide6.QtCore import QTimer, QUrl
 
     from app.ui.chat.page import TICK_MS
-    from app.ui.chat.transcript import TranscriptView
+    from app.ui.chat.transcript import STREAMING, TranscriptView
+    from models.engine.reasoning import ReasoningSplitter
 
     from app.ui.chat.markdown import warm_up
 
@@ -85,28 +108,45 @@ def bench_stall(app) -> dict:
     view.show()
     warm_up()  # what the page does when it starts (in a worker)
     view.warm_up()
-    tokens = scripted_tokens(TOKENS)
-    buffer: list[str] = []
+    tokens = scripted_reasoning_tokens(thinking, TOKENS) if thinking else scripted_tokens(TOKENS)
+    buffer: list[str] = []  # answer deltas
+    thoughts: list[str] = []  # reasoning deltas
     done = threading.Event()
+    splitter = ReasoningSplitter()
 
-    def produce() -> None:  # the engine worker's role: append deltas at RATE
+    def produce() -> None:  # the engine worker's role: split and append deltas at RATE
         start = time.perf_counter()
-        for i, token in enumerate(tokens):
+        for i, token in enumerate(tokens + [None]):
             delay = start + i / RATE - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            buffer.append(token)
+            reasoning, answer = splitter.feed(token) if token is not None else splitter.finish()
+            if reasoning:
+                thoughts.append(reasoning)
+            if answer:
+                buffer.append(answer)
         done.set()
 
     work: list[float] = []
 
-    def take() -> None:  # ChatEngine.take_text + TranscriptView.add_text, as the page does
-        count = len(buffer)
-        if count:
+    def taken(parts: list[str]) -> str:
+        count = len(parts)
+        text = "".join(parts[:count])
+        del parts[:count]
+        return text
+
+    def take() -> None:  # ChatEngine.take_text + the page's _take_text
+        if buffer or thoughts:
             begun = time.thread_time()  # this thread's CPU: our work, not the scheduler's
-            text = "".join(buffer[:count])
-            del buffer[:count]
-            view.add_text(text)  # Qt paints the change on its next update, as in the window
+            reasoning, text = taken(thoughts), taken(buffer)
+            if reasoning:
+                view.add_reasoning(reasoning)
+                if unfolded and not view._stream_unfolded:  # opened at its first token
+                    view.anchorClicked.emit(QUrl(f"qd:think:{STREAMING}"))
+            if text:
+                if view.thinking:
+                    view.end_reasoning(splitter.seconds)
+                view.add_text(text)  # Qt paints the change on its next update, as in the window
             work.append(time.thread_time() - begun)
 
     lateness: list[float] = []
@@ -129,7 +169,7 @@ def bench_stall(app) -> dict:
     threading.Thread(target=produce, daemon=True).start()
     heartbeat.start()
     tick.start()
-    wait_until(app, lambda: done.is_set() and not buffer)
+    wait_until(app, lambda: done.is_set() and not buffer and not thoughts)
     elapsed = time.perf_counter() - started
     heartbeat.stop()
     tick.stop()
@@ -137,7 +177,8 @@ def bench_stall(app) -> dict:
     return {"tokens": len(tokens), "rate": len(tokens) / elapsed,
             "worst_ms": 1000 * ordered[-1], "p99_ms": 1000 * ordered[int(0.99 * (len(ordered) - 1))],
             "chars": len(view.streamed_text), "tick_max_ms": 1000 * max(work),
-            "tick_median_ms": 1000 * statistics.median(work)}
+            "tick_median_ms": 1000 * statistics.median(work),
+            "thinking_chars": len(view.streamed_reasoning)}
 
 
 def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
@@ -266,6 +307,7 @@ def main() -> None:
     parser.add_argument("--decode-runs", type=int, default=9, help="alternated decode pairs per setting")
     parser.add_argument("--no-engine", action="store_true", help="skip the decode comparison")
     parser.add_argument("--decode-only", action="store_true", help="only the decode comparison")
+    parser.add_argument("--stall-only", action="store_true", help="only the streaming stalls")
     parser.add_argument("--decode-threads", default="default,all",
                         help="engine thread settings to compare: default (half the CPUs), all")
     args = parser.parse_args()
@@ -276,11 +318,17 @@ def main() -> None:
     from app.ui.chat.page import TICK_MS
 
     if not args.decode_only:
-        stall = bench_stall(app)
-        print(f"stream {stall['tokens']} scripted tokens at {stall['rate']:.0f} tok/s into the transcript: "
-              f"heartbeat lateness worst {stall['worst_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms "
-              f"(goal worst <= 50 ms); GUI-thread CPU per {1000 / TICK_MS:.0f} Hz render (before its paint): median {stall['tick_median_ms']:.1f} ms, "
-              f"longest {stall['tick_max_ms']:.1f} ms", flush=True)
+        for label, thinking, unfolded in (("", 0, False),
+                                          (", after a folded thinking section", THINKING_TOKENS, False),
+                                          (", after a thinking section unfolded", THINKING_TOKENS, True)):
+            stall = bench_stall(app, thinking, unfolded)
+            print(f"stream {stall['tokens']} scripted tokens{label} at {stall['rate']:.0f} tok/s into the "
+                  f"transcript: heartbeat lateness worst {stall['worst_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms "
+                  f"(goal worst <= 50 ms); GUI-thread CPU per {1000 / TICK_MS:.0f} Hz render (before its paint): "
+                  f"median {stall['tick_median_ms']:.1f} ms, longest {stall['tick_max_ms']:.1f} ms"
+                  + (f"; {stall['thinking_chars']:,} characters of thinking" if thinking else ""), flush=True)
+        if args.stall_only:
+            return
         opened = bench_open_500(app)
         print(f"open a 500-message conversation: {opened['open'] * 1000:.0f} ms (last 40 rendered; "
               f"goal <= 500 ms); rendering all 500: {opened['all_500'] * 1000:.0f} ms", flush=True)

@@ -32,3 +32,15 @@ def collect_windows_on_the_gui_thread(qtbot):
     collect()
     yield
     collect()
+
+
+@pytest.fixture
+def window(qtbot):
+    """The real main window, shown offscreen; closing it runs every page's shutdown."""
+    from app.ui.main_window import MainWindow
+
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.close()

@@ -1,4 +1,4 @@
-"""The main window offscreen: the four places, navigation, the About box."""
+"""The main window offscreen: the five places, navigation, the About box."""
 
 import PySide6
 from PySide6.QtCore import qVersion
@@ -8,10 +8,10 @@ from app.ui.application import create_application
 from app.ui.main_window import MainWindow
 from app.ui.pages import page_classes
 
-PLACES = ["Chat", "Models", "Quantize", "Settings"]
+PLACES = ["Chat", "Models", "Quantize", "Server", "Settings"]
 
 
-def test_four_places_are_present_and_navigable(qtbot):
+def test_five_places_are_present_and_navigable(qtbot):
     window = MainWindow()
     qtbot.addWidget(window)
     window.show()

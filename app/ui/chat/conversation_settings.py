@@ -38,7 +38,24 @@ class ConversationSettings:
         return {"system_prompt": self.panel.system_prompt.toPlainText(),
                 "sampling": sampling_of(sampling),
                 "json_mode": self.panel.json_mode.enabled.isChecked(),
-                "schema_text": self.panel.json_mode.schema.toPlainText()}
+                "schema_text": self.panel.json_mode.schema.toPlainText(),
+                "thinking": self.panel.sampling.thinking_choice()}
+
+    def _show_thinking_switch(self, chosen=None) -> None:
+        """The thinking switch for the loaded model: shown when its template has one, set
+        to the conversation's choice (``None``: the template's default)."""
+        thinking = self.engine.thinking
+        self.panel.sampling.show_thinking(thinking.switch is not None,
+                                          thinking.default_on if chosen is None else chosen)
+
+    def _stored_thinking(self):
+        """The conversation's thinking choice as stored (``None``: none made)."""
+        if self.store is None or not self.stored:
+            return None
+        try:
+            return self.store.settings(self.conversation_id).get("thinking")
+        except QuantDeskError:
+            return None
 
     def _apply_conversation_settings(self, values: dict) -> None:
         from app.core.model_settings import apply_preset
@@ -52,6 +69,7 @@ class ConversationSettings:
         panel.system_prompt.setPlainText(values.get("system_prompt", ""))
         panel.json_mode.enabled.setChecked(bool(values.get("json_mode")))
         panel.json_mode.schema.setPlainText(values.get("schema_text", ""))
+        self._show_thinking_switch(values.get("thinking"))
         for widget in (panel.sampling, panel.system_prompt, panel.json_mode):
             widget.blockSignals(False)
         panel.json_mode.check()

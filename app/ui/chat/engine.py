@@ -6,9 +6,17 @@ has not been told about emits :attr:`ChatEngine.text_arrived`; the page then tak
 that has arrived with :meth:`ChatEngine.take_text`, at most 20 times a second. So the
 GUI never handles one token at a time, text shows as soon as it arrives after a pause
 (no timer phase to wait for), nothing wakes the GUI while no text comes (prefill, a
-paused model), and the worker never waits for the GUI. The engine itself is a child
+paused model), and the worker never waits for the GUI. A reasoning model's thinking is
+told from its answer on the worker thread too (:class:`~models.engine.reasoning.
+ReasoningSplitter`), into a buffer of its own. The engine itself is a child
 process (:class:`~models.engine.EngineClient`): the GUI process does not load llama.cpp
 to generate, and a crash of the engine ends one reply, not the window.
+
+While the window's API server runs, the engine is lent to it (:attr:`ChatEngine.lender`,
+the server's engine pool): a request for the model the chat has loaded uses this engine
+instead of loading the model a second time. The lending follows the loads, on the load's
+own worker thread and in order: the old model is taken back before another one loads, and
+the new one is lent once it has loaded.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from app.core.errors import QuantDeskError
 from app.ui.worker import JobWorker, start_job
+from models.engine.reasoning import (NO_THINKING, ReasoningSplitter, ThinkingTemplate,
+                                     reply_opens_reasoning, thinking_template)
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +40,39 @@ log = logging.getLogger(__name__)
 @dataclass
 class ReplyOutcome:
     """How a reply ended: ``reply`` (a :class:`~models.engine.client.ChatReply`) and, when
-    it did not end normally, the error (``crashed`` when the engine process died)."""
+    it did not end normally, the error (``crashed`` when the engine process died).
+    ``parts`` told its reasoning from its answer as it streamed."""
 
     reply: object
     error: Optional[QuantDeskError] = None
     crashed: bool = False
     finished_at: float = 0.0  # perf_counter when the worker received the last event
+    parts: Optional[ReasoningSplitter] = None
 
     @property
     def text(self) -> str:
+        """The answer (without the reasoning)."""
+        if self.parts is not None and self.parts.finished:
+            return self.parts.answer
         partial = getattr(self.error, "partial_text", "") if self.crashed else ""
         return self.reply.text or partial
 
+    @property
+    def reasoning(self) -> str:
+        """The reasoning before the answer ("" for a reply without one)."""
+        return self.parts.reasoning if self.parts is not None and self.parts.finished else ""
+
     def stats(self) -> dict:
-        """The stats to store with the reply (a crash or error is marked)."""
+        """The stats to store with the reply (a crash or error is marked), with the
+        thinking's tokens and seconds when the engine did not count them."""
         if self.reply.stats is not None:
-            return self.reply.stats.to_dict()
-        return {"stop_reason": "crashed" if self.crashed else "error"}
+            stats = self.reply.stats.to_dict()
+        else:
+            stats = {"stop_reason": "crashed" if self.crashed else "error"}
+        if self.reasoning and not stats.get("reasoning_tokens"):
+            stats["reasoning_tokens"] = self.parts.reasoning_pieces
+            stats["reasoning_seconds"] = round(self.parts.seconds or 0.0, 2)
+        return stats
 
 
 class ChatEngine(QObject):
@@ -61,8 +87,9 @@ class ChatEngine(QObject):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._client = None
-        self._buffer: list[str] = []
-        self._told = False  # text_arrived was emitted and take_text has not run since
+        self._buffer: list[str] = []  # answer deltas the GUI has not taken
+        self._reasoning: list[str] = []  # reasoning deltas the GUI has not taken
+        self.parts: Optional[ReasoningSplitter] = None  # the reply streaming now        self._told = False  # text_arrived was emitted and take_text has not run since
         self._load_job: Optional[JobWorker] = None
         self._reply_job: Optional[JobWorker] = None
         self._reply = None
@@ -70,6 +97,9 @@ class ChatEngine(QObject):
         self.settings = None  # the LoadSettings of the last successful load
         self.report = None
         self._owns_client = True
+        #: The server's engine pool while the server runs (``release(path)`` and
+        #: ``adopt(path, client)``), or ``None``: see the module docstring.
+        self.lender = None
         # Its own pool: a reply holds a thread for as long as it streams, and must not
         # wait behind other pages' downloads or quantize jobs on the global pool.
         self._pool = QThreadPool(self)
@@ -89,6 +119,17 @@ class ChatEngine(QObject):
         return self._client
 
     @property
+    def chat_template(self) -> Optional[str]:
+        """The loaded model's own Jinja chat template (``None``: none, or no model)."""
+        return getattr(getattr(self.report, "model", None), "chat_template", None)
+
+    @property
+    def thinking(self) -> ThinkingTemplate:
+        """What the loaded model's chat template does about reasoning (its switch,
+        whether it reads past reasoning back); nothing for a model without one."""
+        return thinking_template(self.chat_template) if self.chat_template else NO_THINKING
+
+    @property
     def loading(self) -> bool:
         return self._load_job is not None
 
@@ -105,15 +146,31 @@ class ChatEngine(QObject):
     def load(self, path: Path, settings) -> None:
         """Load ``path`` with ``settings`` in the background; emits loaded/load_failed."""
         client = self.client
+        previous = self.model_path if self.report is not None else None
         self.model_path = Path(path)
         self.report = None
 
         def job(report, token):
-            return client.load(path, settings, progress=report)
+            if previous is not None:
+                self._lend("release", previous)  # before the engine holds another model
+            loaded = client.load(path, settings, progress=report)
+            self._lend("adopt", loaded.path, client)
+            return loaded
 
         self._load_job = start_job(job, on_finished=lambda rep: self._load_finished(rep, settings),
                                    on_failed=self._load_error, on_progress=self.load_progress.emit,
                                    pool=self._pool, owner=self)
+
+    def _lend(self, action: str, *args) -> None:
+        """``lender.release(path)`` or ``lender.adopt(path, client)`` when the engine is lent;
+        a fault there is logged and never stops the chat's own load."""
+        lender = self.lender
+        if lender is None:
+            return
+        try:
+            getattr(lender, action)(*args)
+        except Exception:
+            log.exception("the server's engine pool failed to %s %s", action, args[0])
 
     def _load_finished(self, report, settings) -> None:
         self._load_job = None
@@ -140,39 +197,68 @@ class ChatEngine(QObject):
             raise QuantDeskError("No model is loaded yet.",
                                  "Choose a model in the Model list (or drop a .gguf file here).")
         reply = self.client.chat(messages, options, conversation_id=conversation_id)
-        buffer = self._buffer = []
+        buffer, thoughts = self._buffer, self._reasoning = [], []
         self._told = False
+        template = self.chat_template
+        # Structured output starts with its JSON at once, even after a prompt that opened
+        # <think>; reading the prompt's end renders the template, so not on the GUI thread.
+        free_text = getattr(options, "response_format", "text") == "text"
+        parts = self.parts = ReasoningSplitter()
+
+        def tell() -> None:
+            # After the append: a take that cleared the flag before this check happens
+            # after the append and gets the delta; otherwise tell the GUI.
+            if not self._told:
+                self._told = True
+                try:
+                    self.text_arrived.emit()
+                except RuntimeError:  # the window closed meanwhile: keep reading
+                    pass              # to the end, which its shutdown makes near
+
+        def take_in(reasoning: str, answer: str) -> None:
+            if reasoning:
+                thoughts.append(reasoning)  # list.append is atomic; the GUI takes them
+            if answer:
+                buffer.append(answer)
+            if reasoning or answer:
+                tell()
 
         def job(report, token):
             from models.engine.client import EngineCrashed
 
+            parts.opened = free_text and reply_opens_reasoning(template, messages, options.thinking)
             try:
                 for delta in reply:
-                    buffer.append(delta)  # list.append is atomic; the GUI takes them
-                    # After the append: a take that cleared the flag before this check
-                    # happens after the append and gets the delta; otherwise tell the GUI.
-                    if not self._told:
-                        self._told = True
-                        try:
-                            self.text_arrived.emit()
-                        except RuntimeError:  # the window closed meanwhile: keep reading
-                            pass              # to the end, which its shutdown makes near
+                    take_in(*parts.feed(delta))
             except EngineCrashed as exc:
-                return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter())
+                return ReplyOutcome(reply, exc, crashed=True, finished_at=time.perf_counter(),
+                                    parts=self._finish(parts, take_in))
             except QuantDeskError as exc:
-                return ReplyOutcome(reply, exc, finished_at=time.perf_counter())
-            return ReplyOutcome(reply, finished_at=time.perf_counter())
+                return ReplyOutcome(reply, exc, finished_at=time.perf_counter(),
+                                    parts=self._finish(parts, take_in))
+            return ReplyOutcome(reply, finished_at=time.perf_counter(),
+                                parts=self._finish(parts, take_in))
 
         self._reply = reply
         self._reply_job = start_job(
             job, on_finished=self._reply_finished,
-            on_failed=lambda message: self._reply_finished(ReplyOutcome(reply, QuantDeskError(message))),
+            on_failed=lambda message: self._reply_finished(ReplyOutcome(
+                reply, QuantDeskError(message), parts=self._finish(parts, take_in))),
             pool=self._pool, owner=self)
 
-    def take_text(self) -> str:
-        """The text streamed since the last call (the page calls it after text_arrived)."""
+    @staticmethod
+    def _finish(parts: ReasoningSplitter, take_in) -> ReasoningSplitter:
+        take_in(*parts.finish())
+        return parts
+
+    def take_text(self) -> tuple[str, str]:
+        """The reasoning and the answer streamed since the last call (the page calls it
+        after text_arrived); either may be empty."""
         self._told = False  # before taking: a delta appended after this is told again
-        buffer = self._buffer
+        return self._take(self._reasoning), self._take(self._buffer)
+
+    @staticmethod
+    def _take(buffer: list[str]) -> str:
         count = len(buffer)
         if not count:
             return ""
@@ -203,5 +289,8 @@ class ChatEngine(QObject):
     def shutdown(self) -> None:
         """Stop any reply and the engine process (the window is closing)."""
         self.stop()
+        if self.model_path is not None:
+            self._lend("release", self.model_path)
+        self.lender = None
         if self._client is not None and self._owns_client:
             self._client.shutdown()

@@ -15,7 +15,8 @@ _ENDINGS = {"cancelled": "stopped", "length": "hit the token limit",
 
 
 def facts_line(stats: Optional[dict]) -> str:
-    """``"0.21 s to first token · prefill 812 tok/s · decode 64.0 tok/s · 96 tokens · …"``."""
+    """``"0.21 s to first token · prefill 812 tok/s · decode 64.0 tok/s · 96 tokens (40
+    thinking) · …"``."""
     if not stats:
         return ""
     parts = []
@@ -28,7 +29,10 @@ def facts_line(stats: Optional[dict]) -> str:
         parts.append(f"prefill {stats['prefill_tokens_per_second']:,.0f} tok/s")
     if stats.get("decode_tokens_per_second"):
         parts.append(f"decode {stats['decode_tokens_per_second']:,.1f} tok/s")
-    parts.append(f"{stats.get('completion_tokens', 0):,} tokens")
+    tokens = f"{stats.get('completion_tokens', 0):,} tokens"
+    if stats.get("reasoning_tokens"):
+        tokens += f" ({stats['reasoning_tokens']:,} thinking)"
+    parts.append(tokens)
     reused = stats.get("prompt_tokens_reused", 0)
     if stats.get("session_restored"):
         parts.append(f"restored {reused:,} tokens from disk")

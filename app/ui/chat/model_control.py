@@ -108,6 +108,7 @@ class ModelControl:
         note = "" if template == "the model's own" else \
             f" This model has no chat template of its own; QuantDesk formats the chat with its {template} preset."
         self.panel.status.setText(f"Loaded in {report.load_seconds:.1f} s. {report.summary()}.{note}")
+        self._show_thinking_switch(self._stored_thinking())
         try:
             model_settings.remember_load_settings(report.path, report.settings)
         except QuantDeskError as exc:

@@ -29,18 +29,22 @@ class Replies:
         from dataclasses import replace
 
         options = self.panel.sampling.options()
-        return replace(options, **self.panel.json_mode.output_fields())
+        return replace(options, thinking=self.panel.sampling.thinking_choice(),
+                       **self.panel.json_mode.output_fields())
 
     def _history(self, before_seq: Optional[int] = None) -> list[dict]:
-        """System prompt and the branch's messages (up to, not including, ``before_seq``)."""
+        """System prompt and the branch's messages (up to, not including, ``before_seq``).
+        Past thinking goes back to the model only when its template reads it back."""
         messages = []
         system = self.panel.system_prompt.toPlainText().strip()
         if system and not any(m.role == "system" for m in self.branch):
             messages.append({"role": "system", "content": system})
+        thinking = self.engine.thinking
         for message in self.branch:
             if message.seq == before_seq:
                 break
-            messages.append(message.message)
+            messages.append(thinking.history_message(message.role, message.content,
+                                                     message.reasoning))
         return messages
 
     def _refuse_while_streaming(self) -> bool:
@@ -150,8 +154,12 @@ class Replies:
 
     def _take_text(self) -> None:
         self._last_take = time.perf_counter()
-        text = self.engine.take_text()
+        reasoning, text = self.engine.take_text()
+        if reasoning:
+            self.transcript.add_reasoning(reasoning)
         if text:
+            if self.transcript.thinking:
+                self.transcript.end_reasoning(self.engine.parts.seconds)
             self.transcript.add_text(text)
 
     def _reply_done(self, outcome: ReplyOutcome) -> None:
@@ -160,18 +168,18 @@ class Replies:
         self._tick.stop()
         self._take_text()
         self.composer.set_streaming(False)
-        text, stats = outcome.text, outcome.stats()
+        text, reasoning, stats = outcome.text, outcome.reasoning, outcome.stats()
         parent = self._reply_parent
         if parent is None and self.branch:
             parent = self.branch[-1].seq
-        seq = self._store_messages([{"role": "assistant", "content": text, "stats": stats}], parent,
-                                   self._reply_model)
+        seq = self._store_messages([{"role": "assistant", "content": text, "reasoning": reasoning,
+                                     "stats": stats}], parent, self._reply_model)
         if self.stored and seq is not None:
             self.branch = self.store.branch(self.conversation_id)
             message = self.branch[-1]
         else:
             message = BranchMessage(-2 - len(self.branch), parent if parent is not None else -1,
-                                    "assistant", text, 0.0, stats, 1, [])
+                                    "assistant", text, 0.0, stats, 1, [], reasoning)
             self.branch.append(message)
         self.transcript.finish_reply(message)
         self.conversations.refresh()

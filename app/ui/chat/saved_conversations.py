@@ -41,6 +41,7 @@ class SavedConversations:
         self._cancel_edit()
         self._clear_model_notice()
         self.transcript.clear_messages()
+        self.transcript.forget_folds()
         self.sidebar.select(None)
         self.focus_message_box()
 
@@ -59,6 +60,7 @@ class SavedConversations:
         self.conversation_id, self.stored = self.store.resolve(conversation_id), True
         self._cancel_edit()
         self._apply_conversation_settings(settings)
+        self.transcript.forget_folds()
         self.transcript.set_messages(self.branch)
         self.sidebar.select(self.conversation_id)
         self._follow_conversation_model(model)

@@ -21,7 +21,8 @@ from app.core import model_settings
 from models.engine.options import ChatOptions
 
 class SamplingForm(QWidget):
-    """Temperature, top-p/k, min-p, repeat penalty, seed, max tokens, stop strings, presets."""
+    """Temperature, top-p/k, min-p, repeat penalty, seed, max tokens, stop strings, presets,
+    and thinking on or off for a reasoning model whose template has the switch."""
 
     changed = Signal()
 
@@ -55,6 +56,11 @@ class SamplingForm(QWidget):
         self.speculative.setToolTip("Guess several tokens and check them in one pass: the reply "
                                     "is the same, often faster. The draft model is set in the "
                                     "load settings.")
+        self.thinking = QCheckBox("Think before answering")
+        self.thinking.setAccessibleName("Thinking")
+        self.thinking.setToolTip("A reasoning model writes its thinking (shown folded above the "
+                                 "answer) before answering; off, it answers at once. Kept "
+                                 "with the conversation.")
         self.preset_name = QLineEdit()
         self.preset_name.setPlaceholderText("preset name")
         self.save_preset = QPushButton("Save preset")
@@ -71,6 +77,9 @@ class SamplingForm(QWidget):
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Stop strings", self.stop)
         form.addRow("Speculative", self.speculative)
+        form.addRow("Thinking", self.thinking)
+        form.setRowVisible(self.thinking, False)  # shown for models with the switch
+        self._thinking_switch = False
         form.addRow(row)
         self.reload_presets()
         self.preset.activated.connect(self._preset_chosen)
@@ -78,6 +87,7 @@ class SamplingForm(QWidget):
             spin.valueChanged.connect(self.changed)
         self.seed.textChanged.connect(self.changed)
         self.stop.textChanged.connect(self.changed)
+        self.thinking.toggled.connect(self.changed)
         self.set_options(ChatOptions())
 
     def _double(self, low: float, high: float, step: float, name: str) -> QDoubleSpinBox:
@@ -109,6 +119,19 @@ class SamplingForm(QWidget):
         self.stop.setText("|".join(options.stop))
         self.blockSignals(False)
         self.changed.emit()
+
+    def show_thinking(self, switch: bool, on: bool) -> None:
+        """Show the thinking switch (for a model whose template has one) set to ``on``,
+        or hide it."""
+        self._thinking_switch = switch
+        self.layout().setRowVisible(self.thinking, switch)
+        self.thinking.blockSignals(True)
+        self.thinking.setChecked(on)
+        self.thinking.blockSignals(False)
+
+    def thinking_choice(self) -> Optional[bool]:
+        """Thinking on or off, or ``None`` (the template's default) without a switch."""
+        return self.thinking.isChecked() if self._thinking_switch else None
 
     def options(self, base: Optional[ChatOptions] = None) -> ChatOptions:
         """The sampling on screen applied to ``base`` (a seed that is not a number is none)."""

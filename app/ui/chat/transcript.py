@@ -9,9 +9,18 @@ arrives (:class:`~app.ui.chat.markdown.StableScanner`); while the tail only grow
 end, the new text is just inserted (:func:`~app.ui.chat.markdown.tail_growth`). Per tick
 the work is bounded by the new text and, at most, the tail — never by the whole reply.
 
+A reasoning model's thinking is a section of its own above the answer, folded by
+default: one quiet line, "▸ Thinking…" while it streams and "▸ Thought for 12 s" once the
+answer starts, that unfolds (and folds) when clicked, showing the thinking as plain text
+in a quiet colour. Folded, streamed thinking costs nothing per tick; unfolded, it is
+appended like the plain tail. The answer below is rendered as usual, from its own
+Markdown: nothing in the thinking (an unclosed code fence, say) reaches it. Copy copies
+the answer; "Copy thinking" on the unfolded section copies the thinking.
+
 Actions are links in the document (``qd:ACTION:SEQ``): copy, edit, regenerate, delete,
 and ‹ › between versions; :attr:`TranscriptView.action` carries them to the page.
-Other links open in the browser.
+Folding and copying the thinking are the view's own (``qd:think:SEQ``,
+``qd:copythink:SEQ``). Other links open in the browser.
 """
 
 from __future__ import annotations
@@ -21,15 +30,18 @@ import json
 from typing import Optional
 
 from PySide6.QtCore import QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QPalette, QTextCursor
+from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.ui.chat.facts import facts_line
 from app.ui.chat.markdown import (CODE_ANCHOR, DocumentWriter, Segment, StableScanner,
                                   split_segments, tail_growth)
+from models.engine.reasoning import thought_for
 
 SHOWN_AT_FIRST = 40  # messages rendered when a conversation opens; earlier ones on request
 ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
+STREAMING = -1  # the key of the reply being streamed, for folding its thinking
+REASONING_INDENT = 14  # pixels the unfolded thinking is set in from the answer
 
 
 def pretty_json(text: str) -> str:
@@ -61,6 +73,15 @@ class TranscriptView(QTextBrowser):
         self._scanner = StableScanner()
         self._tail: list[Segment] = []  # the tail's segments as shown
         self._streamed = ""
+        self._reasoning: dict[int, str] = {}  # thinking by seq, for unfolding and copying
+        self._unfolded: set[int] = set()  # messages whose thinking is shown
+        self._shown: tuple[list, str, Optional[int]] = ([], "", None)  # for re-rendering
+        self._streaming = False
+        self._streamed_reasoning = ""
+        self._thought: Optional[str] = None  # "Thought for 12 s" once the thinking ended
+        self._stream_unfolded = False  # the streaming reply's thinking is shown
+        self._think_shown = False  # the streaming reply's thinking section is on screen
+        self._think_line_at = 0  # where that section's line starts
         self.document().setDocumentMargin(16)
 
     # -- building -----------------------------------------------------------------
@@ -100,6 +121,8 @@ class TranscriptView(QTextBrowser):
         self.clear()
         self._code.clear()
         self._contents.clear()
+        self._reasoning.clear()
+        self._shown = ([], "", None)
         self._streamed = ""
 
     def set_messages(self, messages: list, notice: str = "",
@@ -112,6 +135,7 @@ class TranscriptView(QTextBrowser):
         self.setUpdatesEnabled(False)
         try:
             self.clear_messages()
+            self._shown = (list(messages), notice, limit)
             cursor = self.writer().cursor_at_end()
             cursor.beginEditBlock()  # one layout pass for the whole conversation
             if limit is not None and len(messages) > limit:
@@ -157,6 +181,7 @@ class TranscriptView(QTextBrowser):
 
     def append_message(self, message) -> None:
         """Add one finished message at the end."""
+        self._shown[0].append(message)
         follow = self.at_bottom()
         self._append_message(self.writer().cursor_at_end(), message)
         if follow:
@@ -167,6 +192,11 @@ class TranscriptView(QTextBrowser):
         self._header(cursor, message.role, message.seq, message.versions, message.version)
         stats = message.stats or {}
         writer = self.writer()
+        reasoning = getattr(message, "reasoning", "")
+        if reasoning:
+            self._reasoning[message.seq] = reasoning
+            self._append_reasoning(cursor, message.seq, thought_for(stats.get("reasoning_seconds")),
+                                   reasoning if message.seq in self._unfolded else None)
         if stats.get("valid") is not None:
             self._append_json(cursor, message.content, stats)
         elif message.role == "assistant":
@@ -176,6 +206,70 @@ class TranscriptView(QTextBrowser):
         line = facts_line(stats)
         if line:
             self._append_note(cursor, line)
+
+    # -- thinking -------------------------------------------------------------------
+
+    def _reasoning_line(self, cursor: QTextCursor, key: int, title: str, unfolded: bool) -> None:
+        """The section's one line: the fold link, and "Copy thinking" when unfolded."""
+        line = (f'<a href="qd:think:{key}" style="text-decoration:none"><span style="color:'
+                f'{self._thinking_colour().name()}">{"▾" if unfolded else "▸"} {html.escape(title)}</span></a>')
+        if unfolded and key != STREAMING:
+            line += (f'&nbsp;&nbsp;<span style="font-size:small; color:{self._quiet()}">·&nbsp;&nbsp;'
+                     f'<a href="qd:copythink:{key}">Copy thinking</a></span>')
+        cursor.insertHtml(line)
+
+    def _thinking_colour(self) -> QColor:
+        """The thinking's quiet colour: halfway between the text and the background."""
+        palette = self.palette()
+        text, base = palette.color(QPalette.ColorRole.Text), palette.color(QPalette.ColorRole.Base)
+        return QColor((text.red() + base.red()) // 2, (text.green() + base.green()) // 2,
+                      (text.blue() + base.blue()) // 2)
+
+    def _reasoning_formats(self) -> tuple[QTextBlockFormat, QTextCharFormat]:
+        """The unfolded thinking: set in from the answer, in the thinking's colour."""
+        block = QTextBlockFormat()
+        block.setLeftMargin(REASONING_INDENT)
+        char = QTextCharFormat()
+        char.setForeground(self._thinking_colour())
+        return block, char
+
+    def forget_folds(self) -> None:
+        """Fold every message's thinking again (another conversation is shown: its
+        message numbers mean other messages)."""
+        self._unfolded.clear()
+
+    def _append_reasoning(self, cursor: QTextCursor, key: int, title: str,
+                          text: Optional[str]) -> int:
+        """The thinking section at the end: its line, and ``text`` below it when unfolded.
+        Returns where its line starts."""
+        self.writer().new_block(cursor, top_margin=4)
+        line_at = cursor.position()
+        self._reasoning_line(cursor, key, title, text is not None)
+        if text is not None:
+            block, char = self._reasoning_formats()
+            cursor.insertBlock(block, char)
+            cursor.insertText(text.strip("\n"), char)
+        gap = cursor.blockFormat()  # the answer starts a little below the section
+        gap.setBottomMargin(6)
+        cursor.setBlockFormat(gap)
+        return line_at
+
+    def _toggle_reasoning(self, key: int) -> None:
+        """Fold or unfold a message's thinking (the reply streaming now: ``STREAMING``)."""
+        bar = self.verticalScrollBar()
+        kept = bar.value()
+        if key == STREAMING:
+            self._stream_unfolded = not self._stream_unfolded
+            self._render_stream()
+        else:
+            self._unfolded ^= {key}
+            answer = self._streamed
+            self.set_messages(*self._shown)
+            if self._streaming:  # the reply being written goes on below
+                self._reply_start = self.writer().cursor_at_end().position()
+                self._streamed = answer
+                self._render_stream()
+        bar.setValue(min(kept, bar.maximum()))
 
     def _append_json(self, cursor: QTextCursor, text: str, stats: dict) -> None:
         from app.ui.chat.markdown import Segment
@@ -192,13 +286,76 @@ class TranscriptView(QTextBrowser):
 
     def begin_reply(self) -> None:
         """Start showing a reply being generated at the end of the transcript."""
+        self._reply_start = self.writer().cursor_at_end().position()
+        self._streaming = True
+        self._streamed = ""
+        self._streamed_reasoning = ""
+        self._stream_unfolded = False
+        self._thought = None
+        self._render_stream()
+
+    def _render_stream(self) -> None:
+        """(Re)write the reply being streamed from its start: header, thinking section,
+        answer so far (after a fold or unfold; at its start, just the header)."""
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()
+        cursor.setPosition(self._reply_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.endEditBlock()
         cursor = self.writer().cursor_at_end()
-        self._reply_start = cursor.position()
         self._header(cursor, "assistant")
+        self._think_shown = bool(self._streamed_reasoning)
+        if self._think_shown:
+            self._think_line_at = self._append_reasoning(
+                cursor, STREAMING, self._thought or "Thinking…",
+                self._streamed_reasoning if self._stream_unfolded else None)
         self._tail_start = self.writer().cursor_at_end().position()
+        answer, self._streamed = self._streamed, ""
         self._scanner = StableScanner()
         self._tail = []
-        self._streamed = ""
+        self.add_text(answer)
+
+    @property
+    def thinking(self) -> bool:
+        """The reply being streamed is in its thinking (its answer has not started)."""
+        return self._streaming and bool(self._streamed_reasoning) and self._thought is None
+
+    def add_reasoning(self, delta: str) -> None:
+        """Append streamed thinking: shown at once when its section is unfolded."""
+        if not delta:
+            return
+        self._streamed_reasoning += delta
+        if not self._think_shown:  # the first thinking: the section appears
+            follow = self.at_bottom()
+            self._render_stream()
+        elif self._stream_unfolded:
+            follow = self.at_bottom()
+            block, char = self._reasoning_formats()
+            cursor = QTextCursor(self.document())
+            cursor.beginEditBlock()
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.insertText(delta, char)
+            cursor.endEditBlock()
+            self._tail_start = cursor.position()
+        else:
+            return  # folded: nothing on screen changes
+        if follow:
+            self.scroll_to_bottom()
+
+    def end_reasoning(self, seconds: Optional[float]) -> None:
+        """The thinking has ended (the answer starts): its line says how long it took."""
+        if not self.thinking:
+            return
+        self._thought = thought_for(seconds)
+        cursor = QTextCursor(self.document())  # its line alone: the thinking below stays
+        cursor.beginEditBlock()
+        cursor.setPosition(self._think_line_at)
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self._reasoning_line(cursor, STREAMING, self._thought, self._stream_unfolded)
+        cursor.endEditBlock()
+        self._tail_start = self.writer().cursor_at_end().position()  # the answer starts here
 
     def add_text(self, delta: str) -> None:
         """Append streamed text: render what has closed, update the unfinished tail."""
@@ -238,15 +395,26 @@ class TranscriptView(QTextBrowser):
         cursor.setPosition(self._reply_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
+        if self._stream_unfolded:
+            self._unfolded.add(message.seq)
+        self._streaming = False
+        self._stream_unfolded = False
+        self._shown[0].append(message)
         self._append_message(self.writer().cursor_at_end(), message)
         self._streamed = ""
+        self._streamed_reasoning = ""
         if follow:
             self.scroll_to_bottom()
 
     @property
     def streamed_text(self) -> str:
-        """The text of the reply being streamed so far."""
+        """The answer of the reply being streamed so far."""
         return self._streamed
+
+    @property
+    def streamed_reasoning(self) -> str:
+        """The thinking of the reply being streamed so far."""
+        return self._streamed_reasoning
 
     # -- scrolling and links --------------------------------------------------------
 
@@ -268,6 +436,10 @@ class TranscriptView(QTextBrowser):
             QGuiApplication.clipboard().setText(self._code.get(int(link[len(CODE_ANCHOR):]), ""))
         elif link.startswith("qd:"):
             _, name, seq = link.split(":", 2)
+            if name == "think":
+                return self._toggle_reasoning(int(seq))
+            if name == "copythink":
+                return QGuiApplication.clipboard().setText(self._reasoning.get(int(seq), ""))
             if name == "copy":
                 QGuiApplication.clipboard().setText(self._contents.get(int(seq), ""))
             self.action.emit(name, int(seq))

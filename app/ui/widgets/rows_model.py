@@ -28,6 +28,7 @@ class Column:
     tooltip: Optional[Callable[[Any], str]] = None
     align_right: bool = False
     decoration: Optional[Callable[[Any], Any]] = None
+    foreground: Optional[Callable[[Any], Any]] = None  # a QColor for the text, or None
 
 
 class RowsTableModel(QAbstractTableModel):
@@ -124,6 +125,8 @@ class RowsTableModel(QAbstractTableModel):
             return column.tooltip(row)
         if role == Qt.ItemDataRole.DecorationRole and column.decoration:
             return column.decoration(row)
+        if role == Qt.ItemDataRole.ForegroundRole and column.foreground:
+            return column.foreground(row)
         if role == Qt.ItemDataRole.TextAlignmentRole and column.align_right:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -17,7 +17,7 @@ from tests.models.server.conftest import MODEL_ID
 pytestmark = [pytest.mark.smollm2, pytest.mark.slow]
 
 ASK = [{"role": "user", "content": "Name three colours."}]
-GREEDY = dict(model=MODEL_ID, messages=ASK, temperature=0, max_tokens=24)
+GREEDY = dict(model=MODEL_ID, messages=ASK, temperature=0, max_tokens=12)
 
 
 def _engine(server):
@@ -33,6 +33,16 @@ def _wait_for_log(server, count: int, timeout: float = 30.0):
     return server.entries[count - 1]
 
 
+@pytest.fixture(scope="module")
+def greedy_text(server) -> str:
+    """The greedy reply to GREEDY, made once for the module."""
+    import openai as client_library
+
+    client = client_library.OpenAI(base_url=f"{server.address}/v1", api_key="none",
+                                   max_retries=0, timeout=600)
+    return client.chat.completions.create(**GREEDY).choices[0].message.content
+
+
 def _stream_chunks(client, **request):
     return list(client.chat.completions.create(stream=True, **request))
 
@@ -45,7 +55,7 @@ def test_models_lists_the_library_with_its_context_per_slot(client, server):
     assert client.models.retrieve(MODEL_ID).id == MODEL_ID
 
 
-def test_chat_reply_equals_the_engine_client_reply_token_for_token(client, server):
+def test_chat_reply_equals_the_engine_client_reply_token_for_token(client, server, greedy_text):
     from models.engine import ChatOptions
 
     reply = client.chat.completions.create(**GREEDY)
@@ -54,23 +64,22 @@ def test_chat_reply_equals_the_engine_client_reply_token_for_token(client, serve
     assert choice.message.role == "assistant" and choice.message.content
     assert choice.finish_reason in ("stop", "length")
     usage = reply.usage
-    assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 24
+    assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 12
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert usage.prompt_tokens_details.cached_tokens >= 0
-    direct = _engine(server).client.chat(ASK, ChatOptions(temperature=0, max_tokens=24)).wait()
-    assert choice.message.content == direct.text
+    direct = _engine(server).client.chat(ASK, ChatOptions(temperature=0, max_tokens=12)).wait()
+    assert choice.message.content == direct.text == greedy_text
     assert usage.completion_tokens == direct.stats.completion_tokens
     assert usage.prompt_tokens == direct.stats.prompt_tokens
     # The same conversation again reuses the prompt's KV cache, and says so.
-    again = client.chat.completions.create(**GREEDY)
-    assert again.usage.prompt_tokens_details.cached_tokens > 0
-    assert again.choices[0].message.content == choice.message.content
+    assert usage.prompt_tokens_details.cached_tokens > 0  # greedy_text asked it first
     entry = next(e for e in reversed(server.entries) if e.path == "/v1/chat/completions")
     assert entry.status == 200 and entry.model == MODEL_ID and entry.completion_tokens > 0
 
 
-def test_a_stream_has_one_id_the_role_first_a_finish_reason_and_a_usage_chunk(client):
-    whole = client.chat.completions.create(**GREEDY).choices[0].message.content
+def test_a_stream_has_one_id_the_role_first_a_finish_reason_and_a_usage_chunk(client,
+                                                                               greedy_text):
+    whole = greedy_text
     chunks = _stream_chunks(client, stream_options={"include_usage": True}, **GREEDY)
     assert len({c.id for c in chunks}) == 1
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -92,8 +101,8 @@ def test_the_raw_stream_is_server_sent_events_ending_with_done(server):
     assert all(json.loads(e[6:])["object"] == "chat.completion.chunk" for e in events[:-1])
 
 
-def test_stop_strings_and_max_tokens_set_the_finish_reason(client):
-    whole = client.chat.completions.create(**GREEDY).choices[0].message.content
+def test_stop_strings_and_max_tokens_set_the_finish_reason(client, greedy_text):
+    whole = greedy_text
     words = whole.split()
     assert len(words) >= 3, whole
     stop = words[2]
@@ -111,13 +120,13 @@ def test_json_schema_replies_parse_and_validate(client):
                                                "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
     reply = client.chat.completions.create(
-        model=MODEL_ID, temperature=0, max_tokens=60,
+        model=MODEL_ID, temperature=0, max_tokens=40,
         messages=[{"role": "user", "content": "Describe a person named Anna who is 34."}],
         response_format={"type": "json_schema",
                          "json_schema": {"name": "person", "schema": schema, "strict": True}})
     assert reply.choices[0].finish_reason == "stop"
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
-    any_json = client.chat.completions.create(model=MODEL_ID, temperature=0, max_tokens=40,
+    any_json = client.chat.completions.create(model=MODEL_ID, temperature=0, max_tokens=16,
                                               messages=ASK,
                                               response_format={"type": "json_object"})
     json.loads(any_json.choices[0].message.content)
@@ -139,8 +148,8 @@ def test_an_unsupported_schema_is_a_400_naming_the_keyword_and_where(client, ser
     assert all(e.completion_tokens == 0 for e in entries)  # refused before any token
 
 
-def test_four_concurrent_streams_are_all_answered_correctly(client):
-    whole = client.chat.completions.create(**GREEDY).choices[0].message.content
+def test_four_concurrent_streams_are_all_answered_correctly(client, greedy_text):
+    whole = greedy_text
     results: list = [None] * 4
 
     def run(index: int) -> None:
@@ -183,6 +192,34 @@ def test_a_client_that_disconnects_frees_its_slot(client, server):
     assert _engine(server).active == 0
     after = client.chat.completions.create(**dict(GREEDY, max_tokens=2))
     assert after.usage.completion_tokens == 2
+
+
+def test_a_client_that_gives_up_on_a_whole_reply_stops_it(server):
+    started = len(server.entries)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.address}/v1/chat/completions", timeout=httpx.Timeout(30, read=2),
+                   json=dict(GREEDY, max_tokens=1000, ignore_eos=True))
+    entry = _wait_for_log(server, started + 1)
+    assert entry.status == 499 and entry.completion_tokens < 1000
+
+
+def test_stopping_the_server_ends_a_stream_with_an_error(pool, library):
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+
+    second = ServerController(ServerConfig(port=0), engines=pool, library=library)
+    second.start()
+    try:
+        stream = openai.OpenAI(base_url=f"{second.address}/v1", api_key="none").chat \
+            .completions.create(model=MODEL_ID, messages=ASK, stream=True, max_tokens=1000,
+                                extra_body={"ignore_eos": True})
+        with pytest.raises(openai.APIError, match="stopping"):
+            for index, _chunk in enumerate(stream):
+                if index == 2:
+                    threading.Thread(target=second.stop).start()
+    finally:
+        second.stop()
+    assert not second.running
 
 
 def test_an_engine_killed_mid_stream_is_an_error_and_the_next_request_is_answered(client,
@@ -235,6 +272,13 @@ def test_malformed_bodies_are_400_with_a_sentence(server, body, says):
     assert httpx.get(f"{server.address}/health").json() == {"status": "ok"}
 
 
+def test_an_unknown_endpoint_or_method_is_an_openai_error(server):
+    missing = httpx.post(f"{server.address}/v1/embeddings", json={"input": "x"})
+    assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
+    wrong = httpx.get(f"{server.address}/v1/chat/completions")
+    assert wrong.status_code == 405 and "GET" in wrong.json()["error"]["message"]
+
+
 def test_a_body_past_the_limit_is_413(server):
     response = httpx.post(f"{server.address}/v1/chat/completions", timeout=30,
                           content=b"{" + b" " * (9 << 20) + b"}")
@@ -275,6 +319,28 @@ def test_the_key_is_required_when_set(pool, library):
         assert httpx.get(f"{guarded.address}/health").status_code == 200
     finally:
         guarded.stop()
+
+
+def test_cors_is_off_unless_origins_are_listed(server, pool, library):
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+
+    origin = {"Origin": "http://app.example"}
+    plain = httpx.get(f"{server.address}/v1/models", headers=origin)
+    assert "access-control-allow-origin" not in plain.headers
+    open_to = ServerController(ServerConfig(port=0, cors_origins=("http://app.example",)),
+                               engines=pool, library=library)
+    open_to.start()
+    try:
+        preflight = httpx.options(f"{open_to.address}/v1/chat/completions", headers={
+            **origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://app.example"
+        other = httpx.get(f"{open_to.address}/v1/models", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+    finally:
+        open_to.stop()
 
 
 def test_a_full_queue_is_429_with_retry_after(server, pool, library):

@@ -43,11 +43,28 @@ def settle(app, seconds=0.4) -> None:
         time.sleep(0.01)
 
 
+def chat_window():
+    """The main window, 1280×800, shown on a started Chat page: ``(window, page)``."""
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow()
+    window.resize(1280, 800)
+    window.show()
+    page = window.show_page("Chat")
+    page.ensure_started()
+    return window, page
+
+
+def save_shot(app, window, out: Path, name: str) -> None:
+    """Let the window settle, then save it as ``out/name.png``."""
+    settle(app)
+    window.grab().save(str(out / f"{name}.png"))
+
+
 def main(model: Path, out: Path) -> None:
     from app.core.conversations import ConversationStore
     from app.core.preferences import Preferences
     from app.ui.application import create_application
-    from app.ui.main_window import MainWindow
     from app.ui.theme import apply_theme
     from tests.benchmarks.bench_chat_gui import wait_until as wait
     from tests.ui.chat.conftest import second_model_file
@@ -67,15 +84,10 @@ def main(model: Path, out: Path) -> None:
     gone = _conversation_with_model(store, "Summarise my notes",
                                     Path.home() / "Models" / "Llama-3.2-3B-Instruct.Q4_K_M.gguf")
     app = create_application()
-    window = MainWindow()
-    window.resize(1280, 800)
-    window.show()
-    page = window.show_page("Chat")
-    page.ensure_started()
+    window, page = chat_window()
 
     def shot(name: str) -> None:
-        settle(app)
-        window.grab().save(str(out / f"{name}.png"))
+        save_shot(app, window, out, name)
 
     page.panel.sections["Load settings"].expand(animate=False)
     for theme in ("dark", "light"):  # no model chosen yet: the GPU layers say "—"

@@ -1,4 +1,4 @@
-"""Fixtures for the Models, Quantize and Settings pages: a window, real drops, tiny models, the fake Hub."""
+"""Fixtures for the Models, Quantize and Settings pages: real drops, tiny models, the fake Hub (the window is tests/ui/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,6 @@ from PySide6.QtWidgets import QWidget
 # The core's fake Hub fixture (HF_ENDPOINT pointed at a local server with a few repos).
 from tests.models.hub.conftest import GATED_TOKEN, hub  # noqa: F401 (fixture, and the token it accepts)
 from tests.ui.drag import drag_and_drop as _drag_and_drop
-
-
-@pytest.fixture
-def window(qtbot):
-    """The real main window, shown offscreen; closing it runs every page's shutdown."""
-    from app.ui.main_window import MainWindow
-
-    win = MainWindow()
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    win.close()
 
 
 def drag_and_drop(widget: QWidget, path: Path) -> tuple[bool, bool]:
