@@ -153,7 +153,10 @@ def main() -> int:
 
     settings = LoadSettings(threads=args.threads, batch_threads=args.threads,
                             context_length=1024, batch_size=BATCH, micro_batch_size=BATCH)
-    model = runtime.LoadedModel(str(args.model), settings, LlamaLogCapture())
+    # Kept referenced to the end, as the engine process keeps it: llama.cpp calls its
+    # ctypes callback until the model is freed.
+    log_capture = LlamaLogCapture()
+    model = runtime.LoadedModel(str(args.model), settings, log_capture)
     model.self_test()
     flag = (ctypes.c_ubyte * 2)()
     model.abort_hook = install_abort_hook(model.llm.ctx, flag)
