@@ -1,17 +1,29 @@
-"""Benchmark: the engine process against raw llama-cpp-python, same model, same settings.
+"""Benchmark: the engine process against llama.cpp's ``llama-bench`` and raw llama-cpp-python.
 
 The engine drives llama.cpp token by token in a child process and streams every token
-over a pipe; this measures what that costs. Both sides load SmolLM2-135M-Instruct (or the
-GGUF given as the first argument) with the same settings (2 threads unless ``--threads``,
-context 1024, batch 512), process the same rendered prompt (about 300 tokens, different
-per run so nothing is reused) and generate the same number of tokens greedily without stopping at EOS. Runs
-alternate engine / raw so that load from other processes hits both alike; medians are
-printed, and the engine's speeds as a ratio of raw (target ≥ 0.97).
+over a pipe; this measures what that costs against two references, on the same GGUF
+(SmolLM2-135M-Instruct unless a path is given) with the same settings (2 threads unless
+``--threads``, batch 512, flash attention off unless ``--flash-attention``, f16 KV cache):
 
+- **llama-bench**: llama.cpp's own benchmark, built from the same llama.cpp source with
+  the same CPU options (``llama_tools.py``; ``--llama-tools DIR``, built there once when
+  missing; ``--no-llama-bench`` leaves it out). Its prefill is ``pp<N>`` (N = the
+  engine's prompt length) and its decode ``tg64`` at depth N (after a prompt as long as
+  the engine's), one repetition per run, warm-up excluded. It decodes random tokens
+  without sampling: the C floor.
 - **raw**: ``llama_cpp.Llama`` in this process: ``Llama.generate`` (its own eval and
   sample loop) on the prompt tokens, timed to the first and the last token.
-- **engine (inside)**: the speeds the engine measures beside the work.
+- **engine (inside)**: the speeds the engine measures beside the work (decode: the 63
+  tokens after the first over their time; prefill: prompt tokens over the time from the
+  request to the end of the prompt, template and tokenizer included).
 - **engine (client)**: decode speed as the client sees the deltas arrive, pipe included.
+
+Each run processes a different rendered prompt of about 300 tokens (nothing reused) and
+generates 64 tokens greedily without stopping at EOS. The three take turns within every
+run (engine, raw, llama-bench), so load from other processes hits all alike; medians
+over ``--runs`` (5) are printed, and the engine's speeds as ratios (goal: decode ≥ 0.97 of
+llama-bench's).
+
 
 Then the cancel goal (100 ms, from a ``cancel()`` on another thread, as the window's Stop
 does, to the end of the reply), ``--cancels`` times each: mid-reply (after 8 tokens of a
@@ -21,12 +33,14 @@ decode step and one 512-token batch, measured above. The tests hold cancels only
 generous bound (tests/models/test_engine_chat.py), since single runs on a loaded machine
 vary.
 
-Run: ``.venv/bin/python tests/benchmarks/bench_engine.py [MODEL.gguf] [--runs N] [--cancels N]``.
+Run: ``.venv/bin/python tests/benchmarks/bench_engine.py [MODEL.gguf] [--runs N]
+[--cancels N] [--llama-tools DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import threading
@@ -35,6 +49,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from tests.benchmarks import llama_tools  # noqa: E402
 
 CONTEXT, BATCH = 1024, 512
 GENERATE = 64
@@ -107,18 +123,39 @@ def cancel_mid_prompt(client, run: int, delay: float = 0.1) -> float:
     return ended - times["cancelled"]
 
 
+def llama_bench_run(tools, model: Path, prompt_tokens: int, threads: int,
+                    flash_attention: bool) -> tuple[float, float]:
+    """``llama-bench``'s prefill (pp<N>) and decode (tg64 at depth N) tok/s, one repetition."""
+    result = tools.run("llama-bench", [
+        "-m", str(model), "-t", str(threads), "-b", str(BATCH), "-ub", str(BATCH),
+        "-fa", "1" if flash_attention else "0", "-ctk", "f16", "-ctv", "f16",
+        "-p", str(prompt_tokens), "-n", str(GENERATE), "-d", f"0,{prompt_tokens}",
+        "-r", "1", "-o", "json"])
+    tests = json.loads(result.stdout)
+    prefill = next(t["avg_ts"] for t in tests if t["n_prompt"] and t["n_depth"] == 0)
+    decode = next(t["avg_ts"] for t in tests if t["n_gen"] and t["n_depth"] == prompt_tokens)
+    return prefill, decode
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model", nargs="?", type=Path)
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--cancels", type=int, default=5, help="cancels timed in each place")
+    parser.add_argument("--flash-attention", action="store_true",
+                        help="flash attention on for every side (default: off on every side)")
+    parser.add_argument("--no-llama-bench", action="store_true",
+                        help="compare with raw llama-cpp-python only")
+    llama_tools.add_argument(parser)
     args = parser.parse_args()
-    threads = args.threads
+    threads, fa = args.threads, args.flash_attention
     if args.model is None:
         from tests.conftest import cached_models_dir, fetch_smollm2
 
         args.model = fetch_smollm2(cached_models_dir())
+    tools = None if args.no_llama_bench else llama_tools.require_tools(
+        args.llama_tools, needed=("llama-bench",))
 
     import llama_cpp
 
@@ -129,16 +166,19 @@ def main() -> int:
 
     info = read_model_info(args.model)
     settings = LoadSettings(threads=threads, batch_threads=threads, context_length=CONTEXT,
-                            batch_size=BATCH, micro_batch_size=BATCH)
+                            batch_size=BATCH, micro_batch_size=BATCH, flash_attention=fa)
     raw = llama_cpp.Llama(model_path=str(args.model), n_threads=threads,
                           n_threads_batch=threads, n_ctx=CONTEXT, n_batch=BATCH,
-                          n_ubatch=BATCH, verbose=False)
+                          n_ubatch=BATCH, flash_attn=fa, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(raw.model)
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
     bos = raw.detokenize([raw.token_bos()], special=True).decode() if add_bos else ""
-    results: dict[str, list[float]] = {k: [] for k in ("raw_p", "raw_d", "eng_p", "eng_d", "eng_c")}
+    keys = ("raw_p", "raw_d", "eng_p", "eng_d", "eng_c", "lb_p", "lb_d")
+    results: dict[str, list[float]] = {k: [] for k in keys}
+    print(f"machine: {llama_tools.machine_line()}", flush=True)
     with EngineClient() as client:
         client.load(args.model, settings)
+        engine_run(client, bench_messages(-1, 280))  # warm-up, like llama-bench's own
         for run in range(args.runs):
             messages = bench_messages(run, 280)
             prompt = render_chat(info.chat_template, messages, bos_token=bos)
@@ -146,31 +186,43 @@ def main() -> int:
                                   if bos else add_bos, special=True)
             p, d, c = engine_run(client, messages)
             results["eng_p"].append(p), results["eng_d"].append(d), results["eng_c"].append(c)
+            line = (f"run {run + 1}: prompt {len(tokens)} tokens; engine prefill {p:.1f} "
+                    f"decode {d:.1f} (client {c:.1f})")
             p, d = raw_run(raw, tokens)
             results["raw_p"].append(p), results["raw_d"].append(d)
-            print(f"run {run + 1}: prompt {len(tokens)} tokens; engine prefill "
-                  f"{results['eng_p'][-1]:.1f} decode {results['eng_d'][-1]:.1f} "
-                  f"(client {c:.1f}); raw prefill {p:.1f} decode {d:.1f} tok/s", flush=True)
+            line += f"; raw prefill {p:.1f} decode {d:.1f}"
+            if tools is not None:
+                p, d = llama_bench_run(tools, args.model, len(tokens), threads, fa)
+                results["lb_p"].append(p), results["lb_d"].append(d)
+                line += f"; llama-bench prefill {p:.1f} decode {d:.1f}"
+            print(line + " tok/s", flush=True)
         cancels = {"reply": [], "prompt": []}
         for run in range(args.cancels):
             cancels["reply"].append(cancel_after_tokens(client, bench_messages(100 + run, 40)))
             cancels["prompt"].append(cancel_mid_prompt(client, run))
-    med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"\n{info.name}, {threads} threads, context {CONTEXT}, {GENERATE} tokens generated, "
-          f"median of {args.runs} alternating runs:")
+    med = {k: statistics.median(v) for k, v in results.items() if v}
+    print(f"\n{info.name}, {threads} threads, context {CONTEXT}, batch {BATCH}, flash attention "
+          f"{'on' if fa else 'off'}, {GENERATE} tokens generated, median of {args.runs} "
+          f"alternating runs:")
     print(f"{'':24}{'prefill tok/s':>15}{'decode tok/s':>15}")
+    if "lb_p" in med:
+        print(f"{'llama-bench':24}{med['lb_p']:15.1f}{med['lb_d']:15.1f}")
     print(f"{'raw llama-cpp-python':24}{med['raw_p']:15.1f}{med['raw_d']:15.1f}")
     print(f"{'engine (inside)':24}{med['eng_p']:15.1f}{med['eng_d']:15.1f}")
     print(f"{'engine (client side)':24}{'':>15}{med['eng_c']:15.1f}")
-    print(f"engine / raw: prefill {med['eng_p'] / med['raw_p']:.3f}, decode "
-          f"{med['eng_d'] / med['raw_d']:.3f} (inside), {med['eng_c'] / med['raw_d']:.3f} "
-          f"(client side); target >= 0.97")
+    for name, p, d in (("llama-bench", "lb_p", "lb_d"), ("raw", "raw_p", "raw_d")):
+        if p in med:
+            print(f"engine / {name}: prefill {med['eng_p'] / med[p]:.3f}, decode "
+                  f"{med['eng_d'] / med[d]:.3f} (inside), {med['eng_c'] / med[d]:.3f} "
+                  f"(client side)")
+    print("goal: engine decode >= 0.97 of llama-bench's")
     step_ms, batch_ms = 1000 / med["eng_d"], 1000 * BATCH / med["eng_p"]
     for place, saved in (("reply", f"one decode step here: {step_ms:.0f} ms"),
                          ("prompt", f"one {BATCH}-token batch here: {batch_ms:.0f} ms")):
         ms = sorted(1000 * t for t in cancels[place])
         print(f"cancel mid-{place}: median {statistics.median(ms):.0f} ms, worst {ms[-1]:.0f} ms "
               f"of {len(ms)} (goal <= 100 ms; {saved})")
+    print(f"machine at the end: {llama_tools.machine_line()}")
     return 0
 
 

@@ -1,0 +1,242 @@
+"""Where the engine's time per generated token goes: llama.cpp, sampling, and Python.
+
+Runs the engine's own decode loop (:meth:`models.engine.runtime.LoadedModel.chat`, as the
+engine process runs it: the native abort hook installed, every delta sent through a
+``multiprocessing`` pipe to another process) in this process, so it can be measured:
+
+- **timers** (default): the loop's parts wrapped in ``perf_counter`` accumulators —
+  ``llama_decode`` (the C call), the rest of ``Llama.eval`` (llama-cpp-python's Python
+  around it), ``llama_sampler_sample`` (C), the text decoder, the stop filter, the pipe
+  send, the end-of-generation check, the cancel check — and what is left of the loop.
+  Each wrapper costs well under a microsecond.
+- **cprofile** (``--cprofile``): every Python function's own time per token (cProfile
+  inflates small functions; use it for the shape, the timers for the figures).
+
+Figures are microseconds per generated token (the mean over ``--runs`` replies of
+``--tokens`` tokens after a ~300-token prompt, greedy unless ``--sampled``), printed
+beside ``llama-bench``'s time per token when the tools are built (``llama_tools.py``).
+
+Run: ``.venv/bin/python tests/benchmarks/profile_decode.py [MODEL.gguf] [--cprofile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import ctypes
+import multiprocessing
+import pstats
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.benchmarks import llama_tools  # noqa: E402
+
+BATCH = 512
+
+
+def _drain(conn) -> None:
+    """The client's end of the pipe, in its own process like the real client."""
+    try:
+        while conn.recv() is not None:
+            pass
+    except EOFError:
+        pass
+
+
+class Timers:
+    """``perf_counter`` accumulators around named callables, patched in place."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)  # this thread's CPU time
+        self.calls: dict[str, int] = defaultdict(int)
+        self.active = False  # counting only while the reply decodes (not in its prefill)
+        self.loop_cpu = self.loop_cpu_started = 0.0
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        seconds, cpu, calls = self.seconds, self.cpu, self.calls
+        clock, cpu_clock = time.perf_counter, time.thread_time
+
+        def timed(*args, **kwargs):
+            if not self.active:
+                return fn(*args, **kwargs)
+            start, start_cpu = clock(), cpu_clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cpu[name] += cpu_clock() - start_cpu
+                seconds[name] += clock() - start
+                calls[name] += 1
+        return timed
+
+    def patch(self, owner: object, attribute: str, name: str,
+              wrapper: Callable[[str, Callable], Callable] | None = None) -> None:
+        original = getattr(owner, attribute)
+        setattr(owner, attribute, (wrapper or self.wrap)(name, original))
+        self._undo.append(lambda: setattr(owner, attribute, original))
+
+    def starter(self, on_start: Callable[[], None],
+                timing: bool = True) -> Callable[[str, Callable], Callable]:
+        """A wrapper for the sampler: the reply's first pick (the end of its prefill)
+        switches counting on and calls ``on_start``; later picks are timed if ``timing``."""
+        def wrapper(name: str, fn: Callable) -> Callable:
+            timed = self.wrap(name, fn) if timing else fn
+
+            def sample(*args, **kwargs):
+                if self.active:
+                    return timed(*args, **kwargs)
+                token = fn(*args, **kwargs)
+                self.active = True
+                self.loop_cpu_started = time.thread_time()
+                on_start()
+                return token
+            return sample
+        return wrapper
+
+    def restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+@contextlib.contextmanager
+def engine_pipe() -> Iterator[Callable[[str], None]]:
+    """``emit`` as the engine process has it: a delta event sent to another process."""
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    reader = ctx.Process(target=_drain, args=(there,), daemon=True)
+    reader.start()
+    try:
+        yield lambda text: here.send({"event": "delta", "text": text})
+    finally:
+        here.send(None)
+        reader.join(5)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model", nargs="?", type=Path)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--sampled", action="store_true",
+                        help="the Chat page's default sampling (temperature 0.7, top-k 40, "
+                             "top-p 0.95, min-p 0.05) instead of greedy")
+    parser.add_argument("--cprofile", action="store_true", help="cProfile instead of timers")
+    parser.add_argument("--no-pipe", action="store_true",
+                        help="keep the deltas in this process instead of sending them to "
+                             "another (what the pipe and the reader's wake-ups cost)")
+    llama_tools.add_argument(parser)
+    args = parser.parse_args()
+    if args.model is None:
+        from tests.conftest import cached_models_dir, fetch_smollm2
+
+        args.model = fetch_smollm2(cached_models_dir())
+
+    import llama_cpp
+    import llama_cpp.llama_cpp as llama_low
+
+    from models.engine import runtime
+    from models.engine.benchmark import bench_messages
+    from models.engine.cancel_flag import install_abort_hook
+    from models.engine.llama_log import LlamaLogCapture
+    from models.engine.options import ChatOptions
+    from models.engine.settings import LoadSettings
+    from models.engine.token_stream import StopFilter, TokenTextDecoder
+
+    settings = LoadSettings(threads=args.threads, batch_threads=args.threads,
+                            context_length=1024, batch_size=BATCH, micro_batch_size=BATCH)
+    # Kept referenced to the end, as the engine process keeps it: llama.cpp calls its
+    # ctypes callback until the model is freed.
+    log_capture = LlamaLogCapture()
+    model = runtime.LoadedModel(str(args.model), settings, log_capture)
+    model.self_test()
+    flag = (ctypes.c_ubyte * 2)()
+    model.abort_hook = install_abort_hook(model.llm.ctx, flag)
+    options = ChatOptions(max_tokens=args.tokens, ignore_eos=True, seed=1,
+                          **({} if args.sampled else {"temperature": 0.0}))
+    cancelled = lambda: flag[0] != 0  # noqa: E731  (as the engine loop's)
+    timers = Timers()
+    tokens = 0
+    loop_seconds = 0.0
+    profile = cProfile.Profile() if args.cprofile else None
+    with (contextlib.nullcontext([].append) if args.no_pipe else engine_pipe()) as emit:
+        model.chat(bench_messages(-1, 280), options, cancelled, emit)  # warm-up
+        start_profile = profile.enable if profile is not None else (lambda: None)
+        timers.patch(llama_cpp, "llama_sampler_sample", "llama_sampler_sample (C)",
+                     timers.starter(start_profile, timing=profile is None))
+        if profile is None:
+            timers.patch(llama_low, "llama_decode", "llama_decode (C)")
+            timers.patch(model, "_evaluate", "Llama.eval")
+            timers.patch(TokenTextDecoder, "feed", "TokenTextDecoder.feed")
+            timers.patch(StopFilter, "push", "StopFilter.push")
+            timers.patch(model, "_is_end_of_generation", "_is_end_of_generation")
+            emit = timers.wrap("emit (pipe send)", emit)
+            cancelled = timers.wrap("cancelled()", cancelled)
+        for run in range(args.runs):
+            stats = model.chat(bench_messages(run, 280), options, cancelled, emit)
+            timers.loop_cpu += time.thread_time() - timers.loop_cpu_started
+            timers.active = False
+            if profile is not None:
+                profile.disable()
+            tokens += stats.completion_tokens - 1
+            loop_seconds += stats.decode_seconds
+        timers.restore()
+    model.close()
+    per_token = 1e6 / tokens
+    print(f"machine: {llama_tools.machine_line()}")
+    print(f"{args.model.name}, {args.threads} threads, {'sampled' if args.sampled else 'greedy'}, "
+          f"deltas {'kept in this process' if args.no_pipe else 'sent through a pipe'}, "
+          f"{args.runs} replies of {args.tokens} tokens: {loop_seconds * per_token:.0f} us per "
+          f"token in the decode loop ({tokens / loop_seconds:.1f} tok/s)")
+    tools = llama_tools.find_tools(args.llama_tools, needed=("llama-bench",))
+    if tools is not None:
+        import json
+
+        result = tools.run("llama-bench", ["-m", str(args.model), "-t", str(args.threads),
+                                           "-fa", "0", "-p", "0", "-n", str(args.tokens),
+                                           "-d", "300", "-r", "3", "-o", "json"])
+        rate = json.loads(result.stdout)[0]["avg_ts"]
+        print(f"llama-bench tg{args.tokens} at depth 300: {1e6 / rate:.0f} us per token "
+              f"({rate:.1f} tok/s)")
+    if profile is not None:
+        stats = pstats.Stats(profile)
+        rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:30]
+        print(f"\n{'own us/token':>13} {'cum us/token':>13} {'calls/token':>12}  function")
+        for (file, line, name), (_cc, calls, own, cum, _callers) in rows:
+            where = f"{Path(file).name}:{line}" if line else file
+            print(f"{own * per_token:13.1f} {cum * per_token:13.1f} {calls / tokens:12.2f}  "
+                  f"{name} ({where})")
+        return 0
+    wall, cpu = timers.seconds, timers.cpu
+    rows = [("llama_decode (C)", "llama_decode (C)", wall["llama_decode (C)"],
+             cpu["llama_decode (C)"]),
+            ("Llama.eval around llama_decode (Python)", "Llama.eval",
+             wall["Llama.eval"] - wall["llama_decode (C)"],
+             cpu["Llama.eval"] - cpu["llama_decode (C)"])]
+    rows += [(name, name, wall[name], cpu[name]) for name in wall
+             if name not in ("llama_decode (C)", "Llama.eval")]
+    rows.append(("rest of the loop in LoadedModel.chat", "",
+                 loop_seconds - sum(row[2] for row in rows),
+                 timers.loop_cpu - sum(row[3] for row in rows)))
+    print("\nPer generated token (wall: elapsed; CPU: the engine thread's own CPU time, which "
+          "leaves out\nthe time other processes take the core; llama_decode's CPU is the share "
+          "of its work on\nthis thread, the other threads' not counted):")
+    print(f"{'wall us':>9} {'CPU us':>9} {'calls':>6}  part")
+    for name, key, seconds, cpu_seconds in rows:
+        print(f"{seconds * per_token:9.1f} {cpu_seconds * per_token:9.1f} "
+              f"{timers.calls.get(key, 0) / tokens:6.2f}  {name}")
+    python = sum(row[3] for row in rows[1:] if "(C)" not in row[0])
+    print(f"Python outside llama.cpp's C calls: {python * per_token:.0f} us CPU per token")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
