@@ -140,6 +140,38 @@ def _text_request(model: Path, text: EvalText, options: MeasureOptions, mode: st
             "text_name": text.name}
 
 
+def _check_model(path: Path) -> dict:
+    """``path``'s metadata; a sentence when it is not a GGUF model (before any process starts)."""
+    from models.gguf_header import read_gguf_header
+
+    if not path.is_file():
+        raise QuantDeskError(f"{path} does not exist." if not path.exists() else f"{path} is not a file.",
+                             "Give the path of a GGUF model file.")
+    return read_gguf_header(path).metadata
+
+
+def check_same_vocabulary(model: Path, base: Path) -> None:
+    """Refuse a base whose vocabulary differs from the quant's: their predictions cannot be
+    compared token by token.
+
+    Raises:
+        QuantDeskError: the vocabularies differ (in size or in any token).
+    """
+    tokens_q = _check_model(model).get("tokenizer.ggml.tokens")
+    tokens_b = _check_model(base).get("tokenizer.ggml.tokens")
+    if tokens_q is None or tokens_b is None:
+        return  # the quality process compares what llama.cpp loaded
+    raw_q, raw_b = getattr(tokens_q, "raw", None), getattr(tokens_b, "raw", None)
+    same = raw_q == raw_b if raw_q is not None and raw_b is not None else list(tokens_q) == list(tokens_b)
+    if not same:
+        sizes = (f"{len(tokens_b)} tokens against {len(tokens_q)}" if len(tokens_q) != len(tokens_b)
+                 else "the same size but different tokens")
+        raise QuantDeskError(
+            f"The base model {base.name} and {model.name} have different vocabularies ({sizes}), "
+            "so their predictions cannot be compared.",
+            "Give as --base the model this file was quantized from.")
+
+
 @dataclass(frozen=True)
 class ImatrixResult:
     """A generated importance matrix.
@@ -168,6 +200,7 @@ def generate_imatrix(model: Path, text: EvalText, output: Path, options: Measure
     """
     from quantize.imatrix import save_imatrix
 
+    _check_model(Path(model))
     result = run_worker(_text_request(model, text, options, "imatrix"), report, cancel,
                         "Importance matrix")
     if cancel is not None:
@@ -216,9 +249,11 @@ def evaluate(model: Path, base: Optional[Path], text: EvalText, options: Measure
 
     The base's pass is cached, so a second quant of the same source only runs its own pass.
     """
+    _check_model(Path(model))
     if base is None:
         result = run_worker(_text_request(Path(model), text, options, "ppl"), report, cancel, "Perplexity")
         return PerplexityStats.from_nll(result["nll"])
+    check_same_vocabulary(Path(model), Path(base))
     base_data, path = measure_base(Path(base), text, options, report, cancel, cache_folder)
     request = {**options.request(), "mode": "compare", "model": str(model), "base_data": str(path),
                "n_batch": base_data.plan.n_batch}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import signal
 from typing import Any
 
@@ -34,6 +35,9 @@ from models.quality.kld import BaseRows, Comparison, base_rows, compare_rows, to
 log = logging.getLogger(__name__)
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+#: Test hook: ``after-load`` makes the process abort once the model is loaded, so tests
+#: drive the real crash path.
+TEST_CRASH_ENV = "QUANTDESK_QUALITY_TEST_CRASH"
 
 
 def _tokenize(llama: Any, vocab: Any, data: bytes) -> np.ndarray:
@@ -145,6 +149,9 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
     llama.llama_backend_init()
     mode = request["mode"]
     model = _load(llama, request, log_capture)
+    if os.environ.get(TEST_CRASH_ENV) == "after-load":
+        log.warning("test hook %s: aborting after the load", TEST_CRASH_ENV)
+        os.abort()
     vocab = llama.llama_model_get_vocab(model)
     n_vocab = llama.llama_vocab_n_tokens(vocab)
     digest = vocab_digest(llama, vocab, n_vocab)
