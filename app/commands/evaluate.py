@@ -3,16 +3,21 @@
 Prints the statistics of ``llama-perplexity --kl-divergence`` (perplexity of both models,
 KL divergence, "same top token", Δp), computed the same way; the source model's pass is
 stored and reused for every quant of it. Without ``--base``, the model's perplexity alone.
-``--json`` prints one object for scripts.
+``--json`` prints one object for scripts. A report against a base is stored with the
+file's Library entry (:meth:`models.library.Library.record_quality`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sqlite3
 from pathlib import Path
 
 from app.commands.measure_args import add_measure_arguments, measure_options
+
+log = logging.getLogger(__name__)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +30,14 @@ def run(args: argparse.Namespace) -> int:
     base = Path(args.base) if args.base else None
     stats = run_job(lambda report, cancel: evaluate(Path(args.model), base, text, measure_options(args),
                                                     report, cancel))
+    if isinstance(stats, QualityStats):
+        from models.library import Library
+
+        settings = {"text": text.name, "n_ctx": args.ctx, "chunks": args.chunks, "tokens": stats.count}
+        try:
+            Library().record_quality(Path(args.model), base, settings, stats.to_dict())
+        except (OSError, sqlite3.Error) as exc:  # the report is printed all the same
+            log.warning("could not store the quality report of %s: %s", args.model, exc)
     if args.json:
         out = {"model": args.model, "base": args.base, "text": text.name, "n_ctx": args.ctx,
                **stats.to_dict()}

@@ -1,14 +1,14 @@
 """Importance matrices and quality reports with the real SmolLM2 through llama.cpp.
 
-Small settings (chunks of 64 tokens, a few chunks, two threads) keep each pass to seconds;
+Small settings (chunks of 32 tokens, four of them, two threads) keep each pass to seconds;
 the fidelity against llama.cpp's own tools is ``tests/benchmarks/bench_quality_fidelity.py``.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,9 @@ from quantize.imatrix import load_imatrix
 
 pytestmark = [pytest.mark.smollm2, pytest.mark.slow]
 
-SMALL = MeasureOptions(n_ctx=64, n_batch=256, chunks=6, threads=2)
+#: Four chunks of 32 tokens, decoded in one call: each pass is one short decode.
+SMALL = MeasureOptions(n_ctx=32, n_batch=128, chunks=4, threads=2)
+SCORED = SMALL.chunks * (SMALL.n_ctx - 1 - SMALL.n_ctx // 2)
 MATMULS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
@@ -41,6 +43,12 @@ def smollm2_f16(smollm2_gguf, tmp_path_factory) -> Path:
     return write_dequantized_f16(smollm2_gguf, tmp_path_factory.mktemp("f16") / "smol-F16.gguf")
 
 
+@pytest.fixture(scope="module")
+def smollm2_imatrix(smollm2_gguf, text, tmp_path_factory):
+    """SmolLM2's importance matrix on the built-in text (four chunks at a time)."""
+    return generate_imatrix(smollm2_gguf, text, tmp_path_factory.mktemp("imatrix") / "smol.imatrix.gguf", SMALL)
+
+
 def _imatrix_values(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     reader = GGUFReader(path)
     tensors = {t.name: np.array(t.data) for t in reader.tensors}
@@ -48,35 +56,33 @@ def _imatrix_values(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             for name in tensors if name.endswith(".in_sum2")}
 
 
-def test_imatrix_covers_every_block_matmul_whatever_the_batching(smollm2_gguf, text, tmp_path):
-    one = generate_imatrix(smollm2_gguf, text, tmp_path / "one.imatrix.gguf",
-                           MeasureOptions(n_ctx=64, n_batch=64, chunks=5, threads=2))
-    four = generate_imatrix(smollm2_gguf, text, tmp_path / "four.imatrix.gguf",
-                            MeasureOptions(n_ctx=64, n_batch=256, chunks=5, threads=2))
-    assert (one.entries, one.chunk_count) == (30 * len(MATMULS), 5)
-    a, b = _imatrix_values(one.path), _imatrix_values(four.path)
-    assert set(a) == {f"blk.{i}.{m}.weight" for i in range(30) for m in MATMULS}
-    assert set(b) == set(a)
+def test_imatrix_covers_every_block_matmul_whatever_the_batching(smollm2_gguf, smollm2_imatrix, text, tmp_path):
+    one_at_a_time = generate_imatrix(smollm2_gguf, text, tmp_path / "one.imatrix.gguf",
+                                     MeasureOptions(**{**SMALL.__dict__, "n_batch": SMALL.n_ctx}))
+    assert (smollm2_imatrix.entries, smollm2_imatrix.chunk_count) == (30 * len(MATMULS), SMALL.chunks)
+    a, b = _imatrix_values(one_at_a_time.path), _imatrix_values(smollm2_imatrix.path)
+    assert set(a) == {f"blk.{i}.{m}.weight" for i in range(30) for m in MATMULS} == set(b)
     for name, (sums, counts) in a.items():
-        assert counts.tolist() == [[5 * 64]] == b[name][1].tolist(), name
+        assert counts.tolist() == [[SMALL.chunks * SMALL.n_ctx]] == b[name][1].tolist(), name
         assert (sums > 0).all(), name
         # one sequence per decode or four at a time: the same activations
         np.testing.assert_allclose(b[name][0], sums, rtol=1e-4, err_msg=name)
-    matrix = load_imatrix(one.path)
-    assert matrix.datasets == [text.name] and matrix.chunk_count == 5
+    matrix = load_imatrix(smollm2_imatrix.path)
+    assert matrix.datasets == [text.name] and matrix.chunk_count == SMALL.chunks
     # the perplexity llama-imatrix prints equals that of a perplexity-only pass
-    alone = evaluate(smollm2_gguf, None, text, MeasureOptions(n_ctx=64, n_batch=256, chunks=5, threads=2))
-    assert one.perplexity.ppl == pytest.approx(alone.ppl, rel=1e-5)
+    alone = evaluate(smollm2_gguf, None, text, SMALL)
+    assert alone.count == SCORED
+    assert smollm2_imatrix.perplexity.ppl == pytest.approx(alone.ppl, rel=1e-5)
+    assert one_at_a_time.perplexity.ppl == pytest.approx(alone.ppl, rel=1e-4)
 
 
-def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm2_f16, text, tmp_path, monkeypatch):
+def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm2_f16, smollm2_imatrix, text,
+                                                                        tmp_path, monkeypatch):
     from app.cli import main
 
-    imatrix = tmp_path / "smol.imatrix.gguf"
-    generate_imatrix(smollm2_f16, text, imatrix, SMALL)
-    monkeypatch.chdir(tmp_path)
-    assert main(["quantize", str(smollm2_f16), "--type", "Q3_K_S", "--imatrix", "smol.imatrix.gguf",
-                 "-o", "q3.gguf"]) == 0
+    monkeypatch.chdir(smollm2_imatrix.path.parent)
+    assert main(["quantize", str(smollm2_f16), "--type", "Q3_K_S", "--imatrix", smollm2_imatrix.path.name,
+                 "-o", str(tmp_path / "q3.gguf")]) == 0
     fields = GGUFReader(tmp_path / "q3.gguf").fields
     assert fields["quantize.imatrix.file"].contents() == "smol.imatrix.gguf"
     assert fields["quantize.imatrix.dataset"].contents() == text.name
@@ -86,15 +92,16 @@ def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm
 
 def test_a_model_against_itself_has_no_divergence(smollm2_gguf, text, tmp_path):
     stats = evaluate(smollm2_gguf, smollm2_gguf, text, SMALL, cache_folder=tmp_path)
-    assert stats.count == SMALL.chunks * (SMALL.n_ctx - 1 - SMALL.n_ctx // 2)
+    assert stats.count == SCORED
     assert abs(stats.mean_kld[0]) < 1e-6 and stats.same_top[0] == 1.0
     assert stats.ppl[0] == pytest.approx(stats.base_ppl[0], rel=1e-6)
-    alone = evaluate(smollm2_gguf, None, text, SMALL)
-    assert alone.ppl == pytest.approx(stats.ppl[0], rel=1e-6)
 
 
-def test_quant_against_source_and_the_base_pass_is_measured_once(smollm2_gguf, smollm2_f16, text, tmp_path,
-                                                                 monkeypatch):
+def test_quant_against_source_and_the_base_pass_is_measured_once(smollm2_gguf, smollm2_f16, text, monkeypatch,
+                                                                 capsys):
+    from app.cli import main
+    from app.core.paths import app_paths
+
     modes = []
     real = runner.run_worker
 
@@ -103,33 +110,33 @@ def test_quant_against_source_and_the_base_pass_is_measured_once(smollm2_gguf, s
         return real(request, *args)
 
     monkeypatch.setattr(runner, "run_worker", counting)
-    first = evaluate(smollm2_gguf, smollm2_f16, text, SMALL, cache_folder=tmp_path)
-    again = evaluate(smollm2_gguf, smollm2_f16, text, SMALL, cache_folder=tmp_path)
-    assert modes == ["base", "compare", "compare"]
-    assert first.to_dict() == again.to_dict()
-    assert 0.001 < first.mean_kld[0] < 1.0 and 0.5 < first.same_top[0] < 1.0
-    assert len(list((tmp_path / "quality-base").iterdir())) == 1
-
-
-def test_eval_json_for_scripts(smollm2_gguf, smollm2_f16, tmp_path, capsys):
-    from app.cli import main
-
-    assert main(["eval", str(smollm2_gguf), "--base", str(smollm2_f16), "--ctx", "64", "--chunks", "3",
-                 "--batch", "256", "--threads", "2", "--json"]) == 0
+    assert main(["eval", str(smollm2_gguf), "--base", str(smollm2_f16), "--ctx", "32", "--chunks", "4",
+                 "--batch", "128", "--threads", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("ppl", "base_ppl", "mean_kld", "same_top_percent"):
         assert isinstance(out[key], float) and isinstance(out[f"{key}_uncertainty"], float)
-    assert out["tokens"] == 3 * 31 and out["text"] == "quantdesk-builtin-v1"
+    assert out["tokens"] == SCORED and out["text"] == text.name
+    assert 0.001 < out["mean_kld"] < 1.0 and 50 < out["same_top_percent"] < 100
+    from models.library import Library
+
+    record = Library().quality(smollm2_gguf)  # stored with the file's Library entry
+    assert record.stats["mean_kld"] == out["mean_kld"] and record.base == str(smollm2_f16.resolve())
+    assert record.settings["n_ctx"] == 32
+
+    again = evaluate(smollm2_gguf, smollm2_f16, text, SMALL, cache_folder=app_paths().cache)
+    assert modes == ["base", "compare", "compare"]
+    assert again.to_dict() == {k: v for k, v in out.items() if k not in ("model", "base", "text", "n_ctx")}
+    assert len(list((app_paths().cache / "quality-base").iterdir())) == 1
 
 
 # --- bad input: a sentence, and nothing left behind ---------------------------------------
 
 def test_a_text_too_short_for_two_chunks_is_a_sentence(smollm2_gguf, tmp_path):
-    short = EvalText("short.txt", b"Only a few words here.")
+    short = EvalText("short.txt", b"Only a few words here, far fewer than sixty-four tokens.")
     output = tmp_path / "out.imatrix.gguf"
     with pytest.raises(QuantDeskError) as err:
         generate_imatrix(smollm2_gguf, short, output, SMALL)
-    assert re.search(r"short\.txt is \d+ tokens long, too short for two chunks of 64", str(err.value))
+    assert re.search(r"short\.txt is \d+ tokens long, too short for two chunks of 32", str(err.value))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -143,17 +150,15 @@ def test_a_base_with_another_vocabulary_is_refused_before_measuring(smollm2_gguf
     assert not (tmp_path / "cache").exists()
 
 
-def test_an_imatrix_of_another_model_is_a_sentence(smollm2_gguf, text, tmp_path, capsys):
+def test_an_imatrix_of_another_model_is_a_sentence(smollm2_imatrix, tmp_path, capsys):
     from app.cli import main
     from tests.quantize.model_files import TinyLlama, write_tiny_llama
 
-    imatrix = tmp_path / "smol.imatrix.gguf"
-    generate_imatrix(smollm2_gguf, text, imatrix, MeasureOptions(n_ctx=64, n_batch=256, chunks=2, threads=2))
     tiny = write_tiny_llama(tmp_path / "tiny-F16.gguf", TinyLlama(n_layer=2))
-    assert main(["quantize", str(tiny), "--type", "Q4_K_M", "--imatrix", str(imatrix),
+    assert main(["quantize", str(tiny), "--type", "Q4_K_M", "--imatrix", str(smollm2_imatrix.path),
                  "-o", str(tmp_path / "q.gguf")]) == 1
     assert "was computed for another model" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["smol.imatrix.gguf", "tiny-F16.gguf"]
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny-F16.gguf"]
 
 
 def test_cancel_stops_the_pass_and_writes_nothing(smollm2_gguf, text, tmp_path):
@@ -165,10 +170,10 @@ def test_cancel_stops_the_pass_and_writes_nothing(smollm2_gguf, text, tmp_path):
 
     output = tmp_path / "out.imatrix.gguf"
     with pytest.raises(Cancelled):
-        generate_imatrix(smollm2_gguf, text, output, MeasureOptions(n_ctx=64, n_batch=64, chunks=40, threads=2),
+        generate_imatrix(smollm2_gguf, text, output, MeasureOptions(n_ctx=32, n_batch=32, chunks=40, threads=2),
                          report, cancel)
     assert list(tmp_path.iterdir()) == []
-    assert not [t for t in threading.enumerate() if t.name.startswith("quantdesk-quality")]
+    assert not [p for p in multiprocessing.active_children() if p.name == "quantdesk-quality"]
 
 
 def test_a_crash_in_llama_cpp_is_a_sentence(smollm2_gguf, text, tmp_path, monkeypatch):
