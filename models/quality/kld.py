@@ -23,9 +23,7 @@ them as llama-perplexity prints them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
-
+from dataclasses import dataclass, fields
 import numpy as np
 
 #: Rows of logits converted at once (bounds the float64 temporaries for large vocabularies).
@@ -41,8 +39,21 @@ def _lse_and_exp(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return row_max.astype(np.float64), log_sum, e
 
 
+class _PerPosition:
+    """Dataclass arrays with one entry (or row) per scored position."""
+
+    @classmethod
+    def concatenate(cls, parts: list) -> "_PerPosition":
+        """All positions of ``parts``, in order."""
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+
+    def rows(self, begin: int, end: int) -> "_PerPosition":
+        """Positions ``begin .. end-1``."""
+        return type(self)(*(getattr(self, f.name)[begin:end] for f in fields(self)))
+
+
 @dataclass
-class BaseRows:
+class BaseRows(_PerPosition):
     """The base model's compact record of some scored positions.
 
     Attributes:
@@ -57,17 +68,6 @@ class BaseRows:
     top_logprobs: np.ndarray
     token_logprob: np.ndarray
     log_rest: np.ndarray
-
-    @classmethod
-    def concatenate(cls, parts: list["BaseRows"]) -> "BaseRows":
-        """All rows of ``parts``, in order."""
-        return cls(*(np.concatenate([getattr(p, f) for p in parts])
-                     for f in ("top_ids", "top_logprobs", "token_logprob", "log_rest")))
-
-    def rows(self, begin: int, end: int) -> "BaseRows":
-        """Rows ``begin .. end-1``."""
-        return BaseRows(self.top_ids[begin:end], self.top_logprobs[begin:end],
-                        self.token_logprob[begin:end], self.log_rest[begin:end])
 
 
 def _top_k(e: np.ndarray, k: int) -> np.ndarray:
@@ -114,7 +114,7 @@ def base_rows(logits: np.ndarray, next_tokens: np.ndarray, k: int) -> BaseRows:
 
 
 @dataclass
-class Comparison:
+class Comparison(_PerPosition):
     """Per scored position: the quant against the base (see the module's docstring)."""
 
     nll: np.ndarray
@@ -122,12 +122,6 @@ class Comparison:
     kld: np.ndarray
     p_diff: np.ndarray
     same_top: np.ndarray
-
-    @classmethod
-    def concatenate(cls, parts: list["Comparison"]) -> "Comparison":
-        """All positions of ``parts``, in order."""
-        return cls(*(np.concatenate([getattr(p, f) for p in parts])
-                     for f in ("nll", "nll_base", "kld", "p_diff", "same_top")))
 
 
 def compare_rows(logits: np.ndarray, next_tokens: np.ndarray, base: BaseRows) -> Comparison:
@@ -354,7 +348,3 @@ class QualityStats:
         out |= pair("same_top_percent", self.same_top, 100.0)
         return out
 
-
-def summarize(nll: np.ndarray, comparison: Optional[Comparison]) -> "PerplexityStats | QualityStats":
-    """Statistics of a pass: KL divergence when there was a base, else perplexity alone."""
-    return QualityStats.from_comparison(comparison) if comparison is not None else PerplexityStats.from_nll(nll)
