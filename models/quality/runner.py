@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 from app.core.errors import Cancelled, QuantDeskError
 from app.core.jobs import CancelToken, Progress, ProgressCallback
-from models.quality.base_data import DEFAULT_TOP_K, BaseData, cache_path
+from models.quality.base_data import DEFAULT_TAIL_SAMPLES, DEFAULT_TOP_K, BaseData, cache_path
 from models.quality.chunks import ChunkPlan
 from models.quality.kld import PerplexityStats, QualityStats
 from models.quality.text import EvalText
@@ -46,6 +46,7 @@ class MeasureOptions:
         flash_attn: ``"auto"``, ``"on"`` or ``"off"`` (``-fa``).
         gpu_layers: Layers to offload (``-ngl``); ``None``: llama.cpp's default.
         top_k: Base tokens kept per position in the compact base pass.
+        tail_samples: Base tokens drawn per position from the rest of the mass.
     """
 
     n_ctx: int = 512
@@ -55,12 +56,13 @@ class MeasureOptions:
     flash_attn: str = "auto"
     gpu_layers: Optional[int] = None
     top_k: int = DEFAULT_TOP_K
+    tail_samples: int = DEFAULT_TAIL_SAMPLES
 
     def request(self) -> dict:
         """The fields every worker request carries."""
         return {"n_ctx": self.n_ctx, "n_batch": self.n_batch, "chunks": self.chunks,
                 "threads": self.threads or os.cpu_count() or 1, "flash_attn": self.flash_attn,
-                "gpu_layers": self.gpu_layers, "top_k": self.top_k}
+                "gpu_layers": self.gpu_layers, "top_k": self.top_k, "tail_samples": self.tail_samples}
 
 
 def _exit_description(exitcode: Optional[int]) -> str:
@@ -226,7 +228,7 @@ def measure_base(source: Path, text: EvalText, options: MeasureOptions = Measure
 
         cache_folder = app_paths().cache
     path = cache_path(cache_folder, Path(source), text.data, options.n_ctx, options.chunks,
-                      options.n_batch, options.top_k)
+                      options.n_batch, options.top_k, options.tail_samples)
     if path.exists():
         try:
             return BaseData.load(path), path
@@ -237,7 +239,7 @@ def measure_base(source: Path, text: EvalText, options: MeasureOptions = Measure
         cancel.raise_if_cancelled()
     plan = ChunkPlan(result["n_ctx"], result["n_chunk"], result["n_batch"], result["n_seq"])
     data = BaseData(plan, result["n_vocab"], result["vocab_digest"], result["tokens"], result["rows"],
-                    options.top_k, str(source))
+                    options.top_k, options.tail_samples, str(source))
     data.save(path)
     return data, path
 

@@ -196,7 +196,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
     nll_parts: list[np.ndarray] = []
     base_parts: list[BaseRows] = []
     comparisons: list[Comparison] = []
-    top_k = int(request.get("top_k", 0))
+    top_k, tail_samples = int(request.get("top_k", 0)), int(request.get("tail_samples", 0))
     scored: list[list[np.ndarray]] = []
     try:
         for piece in pieces(tokens, plan, bos):
@@ -232,7 +232,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
                 chunk_logits = np.concatenate(scored[s])
                 following = next_tokens(tokens, plan, chunk)
                 if mode == "base":
-                    rows = base_rows(chunk_logits, following, top_k)
+                    rows = base_rows(chunk_logits, following, top_k, tail_samples, seed=chunk)
                     base_parts.append(rows)
                     nll_parts.append(-rows.token_logprob)
                 elif mode == "compare":

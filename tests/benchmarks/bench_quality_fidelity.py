@@ -207,7 +207,8 @@ def main() -> int:
 
     from models.quality.base_data import cache_path
 
-    compact = cache_path(cache, args.model, ours_text.data, args.ctx, args.chunks, args.batch, options.top_k)
+    compact = cache_path(cache, args.model, ours_text.data, args.ctx, args.chunks, args.batch, options.top_k,
+                         options.tail_samples)
     positions = kld_ours.count
     per_100 = compact.stat().st_size / positions * 100 * (args.ctx - 1 - args.ctx // 2)
     print(f"base pass on disk: ours {compact.stat().st_size / 1e6:.1f} MB, llama.cpp's "

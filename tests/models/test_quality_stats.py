@@ -75,11 +75,17 @@ def test_full_record_gives_the_exact_kl_divergence_and_small_k_a_close_lower_bou
                                atol=1e-7)
     assert (full.same_top == (quant.argmax(axis=1) == base.argmax(axis=1))).all()
 
-    small = compare_rows(quant, tokens, base_rows(base, tokens, k=64))
-    assert (small.kld <= exact + 1e-7).all()  # the lumped tail is a lower bound
-    assert abs(small.kld.mean() - exact.mean()) / exact.mean() < 0.2
-    np.testing.assert_array_equal(small.same_top, full.same_top)
-    np.testing.assert_allclose(small.nll_base, full.nll_base)
+    lumped = compare_rows(quant, tokens, base_rows(base, tokens, k=64))
+    assert (lumped.kld <= exact + 1e-7).all()  # the tail as one outcome: a lower bound
+    assert lumped.kld.mean() < 0.97 * exact.mean()
+    np.testing.assert_array_equal(lumped.same_top, full.same_top)
+    np.testing.assert_allclose(lumped.nll_base, full.nll_base)
+    # tokens drawn from the tail: unbiased, so the mean comes close
+    sampled = [compare_rows(quant, tokens, base_rows(base, tokens, k=64, m=64, seed=s)).kld.mean()
+               for s in range(4)]
+    assert abs(np.mean(sampled) / exact.mean() - 1) < 0.02
+    again = compare_rows(quant, tokens, base_rows(base, tokens, k=64, m=64, seed=0)).kld
+    assert again.mean() == sampled[0]  # the same seed draws the same tokens
 
 
 def test_record_keeps_the_most_likely_tokens_lowest_id_first_on_ties():
@@ -137,7 +143,7 @@ def test_base_pass_file_round_trips_and_its_cache_name_follows_source_and_text(t
     plan = ChunkPlan(n_ctx=64, n_chunk=2, n_batch=128, n_seq=2)
     logits = _logits(rng, 2 * plan.scored_per_chunk, 500)
     tokens = rng.integers(0, 500, 128).astype(np.int32)
-    data = BaseData(plan, 500, "abc", tokens, base_rows(logits, tokens[:62], 16), 16, "base.gguf")
+    data = BaseData(plan, 500, "abc", tokens, base_rows(logits, tokens[:62], 16, 8), 16, 8, "base.gguf")
     path = tmp_path / "cache" / "b.npz"
     data.save(path)
     back = BaseData.load(path)
@@ -148,12 +154,12 @@ def test_base_pass_file_round_trips_and_its_cache_name_follows_source_and_text(t
 
     source = tmp_path / "m.gguf"
     source.write_bytes(b"x")
-    first = cache_path(tmp_path, source, b"text", 512, None, 2048, 128)
-    assert first == cache_path(tmp_path, source, b"text", 512, None, 2048, 128)
-    assert first != cache_path(tmp_path, source, b"other text", 512, None, 2048, 128)
-    assert first != cache_path(tmp_path, source, b"text", 256, None, 2048, 128)
+    first = cache_path(tmp_path, source, b"text", 512, None, 2048, 128, 64)
+    assert first == cache_path(tmp_path, source, b"text", 512, None, 2048, 128, 64)
+    assert first != cache_path(tmp_path, source, b"other text", 512, None, 2048, 128, 64)
+    assert first != cache_path(tmp_path, source, b"text", 256, None, 2048, 128, 64)
     source.write_bytes(b"xy")
-    assert first != cache_path(tmp_path, source, b"text", 512, None, 2048, 128)
+    assert first != cache_path(tmp_path, source, b"text", 512, None, 2048, 128, 64)
 
     path.write_bytes(b"not a pass")
     with pytest.raises(QuantDeskError, match="cannot be used"):
