@@ -76,6 +76,45 @@ def test_imatrix_covers_every_block_matmul_whatever_the_batching(smollm2_gguf, s
     assert one_at_a_time.perplexity.ppl == pytest.approx(alone.ppl, rel=1e-4)
 
 
+INDEPENDENT_PPL = r"""
+import math, sys
+import numpy as np
+import llama_cpp
+text = open(sys.argv[2], "rb").read()
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=32, n_batch=32, logits_all=True, n_threads=2, verbose=False)
+tokens = llm.tokenize(text, add_bos=True, special=False)
+adds_bos = llama_cpp.llama_vocab_get_add_bos(llama_cpp.llama_model_get_vocab(llm.model))
+nll = []
+for c in range(4):
+    chunk = tokens[c * 32:(c + 1) * 32]
+    if adds_bos:  # SmolLM2 adds none: its chunks start with their own first token
+        chunk[0] = llm.token_bos()
+    llm.reset()
+    llm.eval(chunk)
+    for i in range(16, 31):  # the second half predicts the next token
+        logits = np.asarray(llm.scores[i], dtype=np.float64)
+        lse = logits.max() + math.log(np.exp(logits - logits.max()).sum())
+        nll.append(lse - logits[tokens[c * 32 + i + 1]])
+print(math.exp(sum(nll) / len(nll)))
+"""
+
+
+def test_perplexity_follows_llama_cpps_definition(smollm2_gguf, text, tmp_path):
+    """An independent computation with llama-cpp-python's high-level API: chunks of the
+    text tokenized once, each one's first token BOS when the model adds one, the second
+    half scored."""
+    import subprocess
+    import sys
+
+    (tmp_path / "text.txt").write_bytes(text.data)
+    result = subprocess.run([sys.executable, "-c", INDEPENDENT_PPL, str(smollm2_gguf), str(tmp_path / "text.txt")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # Llama() leaves flash attention off; llama.cpp's tools (and ours) default to auto
+    ours = evaluate(smollm2_gguf, None, text, MeasureOptions(**{**SMALL.__dict__, "flash_attn": "off"}))
+    assert ours.ppl == pytest.approx(float(result.stdout.split()[-1]), rel=1e-5)
+
+
 def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm2_f16, smollm2_imatrix, text,
                                                                         tmp_path, monkeypatch):
     from app.cli import main
