@@ -115,6 +115,40 @@ def test_perplexity_follows_llama_cpps_definition(smollm2_gguf, text, tmp_path):
     assert ours.ppl == pytest.approx(float(result.stdout.split()[-1]), rel=1e-5)
 
 
+TOKENIZE = r"""
+import json, sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+print(json.dumps(llm.tokenize(open(sys.argv[2], "rb").read(), add_bos=True, special=False)))
+"""
+
+
+def test_imatrix_of_the_first_layer_equals_numpy(smollm2_gguf, smollm2_imatrix, text, tmp_path):
+    """The input of blk.0's attention projections is the normed token embedding, which numpy
+    can compute from the file: its Σx² per column over the chunks' tokens is the imatrix."""
+    import subprocess
+    import sys
+
+    from gguf.quants import dequantize
+
+    (tmp_path / "text.txt").write_bytes(text.data)
+    result = subprocess.run([sys.executable, "-c", TOKENIZE, str(smollm2_gguf), str(tmp_path / "text.txt")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    tokens = json.loads(result.stdout.strip().splitlines()[-1])[:SMALL.chunks * SMALL.n_ctx]
+    reader = GGUFReader(smollm2_gguf)
+    assert not reader.fields["tokenizer.ggml.add_bos_token"].contents()  # no token is replaced
+    t = {x.name: x for x in reader.tensors}
+    embd = dequantize(t["token_embd.weight"].data, t["token_embd.weight"].tensor_type).reshape(-1, 576)
+    x = embd[tokens].astype(np.float64)
+    eps = reader.fields["llama.attention.layer_norm_rms_epsilon"].contents()
+    x = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * np.asarray(t["blk.0.attn_norm.weight"].data)
+    expected = (x * x).sum(axis=0)
+    values = _imatrix_values(smollm2_imatrix.path)
+    for name in ("attn_q", "attn_k", "attn_v"):
+        np.testing.assert_allclose(values[f"blk.0.{name}.weight"][0].ravel(), expected, rtol=1e-4, err_msg=name)
+
+
 def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm2_f16, smollm2_imatrix, text,
                                                                         tmp_path, monkeypatch):
     from app.cli import main
