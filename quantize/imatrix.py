@@ -130,10 +130,12 @@ def save_imatrix(path: Path, sums: dict[str, np.ndarray], counts: dict[str, np.n
         writer.add_uint32("imatrix.chunk_count", int(chunk_count))
         writer.add_uint32("imatrix.chunk_size", int(chunk_size))
         for name in sorted(sums):
-            n_counts = counts[name].size
-            values = np.asarray(sums[name], dtype=np.float32).reshape(n_counts, -1)
-            writer.add_tensor(f"{name}.in_sum2", values)
-            writer.add_tensor(f"{name}.counts", np.asarray(counts[name], dtype=np.float32).reshape(n_counts, 1))
+            # ne = [n_per_row, n_mat] and [1, n_mat], trailing 1s dropped (ggml_n_dims)
+            n_mat = counts[name].size
+            values = np.asarray(sums[name], dtype=np.float32).reshape(n_mat, -1)
+            tally = np.asarray(counts[name], dtype=np.float32).reshape(n_mat, 1)
+            writer.add_tensor(f"{name}.in_sum2", values[0] if n_mat == 1 else values)
+            writer.add_tensor(f"{name}.counts", tally[0] if n_mat == 1 else tally)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

@@ -63,7 +63,7 @@ def test_imatrix_covers_every_block_matmul_whatever_the_batching(smollm2_gguf, s
     a, b = _imatrix_values(one_at_a_time.path), _imatrix_values(smollm2_imatrix.path)
     assert set(a) == {f"blk.{i}.{m}.weight" for i in range(30) for m in MATMULS} == set(b)
     for name, (sums, counts) in a.items():
-        assert counts.tolist() == [[SMALL.chunks * SMALL.n_ctx]] == b[name][1].tolist(), name
+        assert counts.tolist() == [SMALL.chunks * SMALL.n_ctx] == b[name][1].tolist(), name
         assert (sums > 0).all(), name
         # one sequence per decode or four at a time: the same activations
         np.testing.assert_allclose(b[name][0], sums, rtol=1e-4, err_msg=name)
@@ -146,7 +146,7 @@ def test_imatrix_of_the_first_layer_equals_numpy(smollm2_gguf, smollm2_imatrix, 
     expected = (x * x).sum(axis=0)
     values = _imatrix_values(smollm2_imatrix.path)
     for name in ("attn_q", "attn_k", "attn_v"):
-        np.testing.assert_allclose(values[f"blk.0.{name}.weight"][0].ravel(), expected, rtol=1e-4, err_msg=name)
+        np.testing.assert_allclose(values[f"blk.0.{name}.weight"][0], expected, rtol=1e-4, err_msg=name)
 
 
 def test_quantizing_with_a_generated_imatrix_records_it_as_llama_quantize(smollm2_f16, smollm2_imatrix, text,

@@ -180,6 +180,8 @@ def test_saved_imatrix_has_llama_imatrix_layout_and_reads_back(tmp_path):
         "blk.0.attn_q.weight.in_sum2", "blk.0.attn_q.weight.counts",
         "blk.0.ffn_up_exps.weight.in_sum2", "blk.0.ffn_up_exps.weight.counts",
         "blk.1.ffn_down.weight.in_sum2", "blk.1.ffn_down.weight.counts"]
+    # ggml's ne, trailing 1s dropped as gguf_add_tensor does: a dense weight's tensors are 1-D
+    assert [t.shape.tolist() for t in reader.tensors] == [[4], [1], [4, 3], [1, 3], [8], [1]]
     matrix = load_imatrix(path)
     assert matrix.datasets == ["calib.txt"] and matrix.chunk_count == 7
     np.testing.assert_allclose(matrix.entries["blk.0.attn_q.weight"], [2.0] * 4)
