@@ -51,6 +51,30 @@ CREATE TABLE IF NOT EXISTS models (
 # files are then read again: the new column has no value before).
 _ADDED_COLUMNS = {"active_parameters": "INTEGER"}
 
+# Quality reports (``quantdesk eval``), one per model file, valid while the file is unchanged.
+_QUALITY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS quality (
+    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, base TEXT NOT NULL,
+    settings TEXT NOT NULL, stats TEXT NOT NULL, measured REAL NOT NULL
+)"""
+
+
+@dataclass(frozen=True)
+class QualityRecord:
+    """A stored quality report of a model file against its base.
+
+    Attributes:
+        base: The base model file it was measured against.
+        settings: The text and chunking (``text``, ``n_ctx``, ``chunks``...).
+        stats: :meth:`models.quality.kld.QualityStats.to_dict`'s numbers.
+        measured: When (seconds since the epoch).
+    """
+
+    base: str
+    settings: dict
+    stats: dict
+    measured: float
+
 
 @dataclass(frozen=True)
 class LibraryModel:
@@ -177,6 +201,7 @@ class Library:
                 if column not in present:
                     db.execute(f"ALTER TABLE models ADD COLUMN {column} {kind}")
                     db.execute("UPDATE models SET mtime_ns = -1")  # read each file again
+            db.execute(_QUALITY_SCHEMA)
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -349,3 +374,28 @@ class Library:
         with self._db() as db:
             db.execute("DELETE FROM models WHERE path = ?", (model.path,))
         return deleted
+
+    def record_quality(self, path: Path, base: Path, settings: dict, stats: dict) -> None:
+        """Store ``path``'s quality report (replacing an older one), so it is measured once."""
+        path = Path(path).resolve()
+        st = path.stat()
+        with self._db() as db:
+            db.execute("INSERT OR REPLACE INTO quality VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (str(path), st.st_size, st.st_mtime_ns, str(Path(base).resolve()),
+                        json.dumps(settings, sort_keys=True), json.dumps(stats), time.time()))
+
+    def quality(self, path: Path) -> Optional[QualityRecord]:
+        """``path``'s stored quality report, or ``None`` (none, or the file changed since)."""
+        path = Path(path).resolve()
+        with self._db() as db:
+            row = db.execute("SELECT size, mtime_ns, base, settings, stats, measured FROM quality "
+                             "WHERE path = ?", (str(path),)).fetchone()
+        if row is None:
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
+            return None
+        return QualityRecord(row[2], json.loads(row[3]), json.loads(row[4]), row[5])

@@ -22,6 +22,9 @@ legacy ``.dat`` (little-endian)::
 
     vector[i] = sums[i] / ncall   (sums as stored when ncall <= 0)
 
+:func:`save_imatrix` writes the GGUF format as llama-imatrix does (no
+``general.architecture``; tensors sorted by name, each ``in_sum2`` before its ``counts``).
+
 ``n_mat`` is 1 for a dense weight and the number of experts for a stacked MoE tensor; the
 quantizer gives expert ``e`` the slice ``vector[e*n_per_row:(e+1)*n_per_row]``.
 """
@@ -37,6 +40,7 @@ import numpy as np
 from quantize.ggml_types import GGMLQuantizationType, GGUFValueType
 
 from app.core.errors import QuantDeskError
+from app.core.jobs import atomic_output
 from quantize.source import MetadataEntry
 from quantize.type_rules import ggml_ne
 
@@ -102,6 +106,43 @@ class ImportanceMatrix:
         if self.chunk_count > 0:
             entries.append(MetadataEntry(_KV_CHUNKS, self.chunk_count, GGUFValueType.UINT32))
         return entries
+
+
+def save_imatrix(path: Path, sums: dict[str, np.ndarray], counts: dict[str, np.ndarray],
+                 datasets: Sequence[str], chunk_count: int, chunk_size: int) -> Path:
+    """Write an importance matrix in llama-imatrix's GGUF format, atomically.
+
+    Args:
+        path: The file to write (``NAME.imatrix.gguf`` by convention).
+        sums: Tensor name → sums of squared activations, ``(n_mat, n_per_row)`` float32.
+        counts: Tensor name → rows counted: one count per expert, or a single count for
+            a dense weight (whose matrices then share it, as llama-imatrix stores them).
+        datasets: The calibration texts' names (``imatrix.datasets``).
+        chunk_count: Chunks the sums cover (``imatrix.chunk_count``).
+        chunk_size: Tokens per chunk (``imatrix.chunk_size``).
+    """
+    from gguf import GGUFWriter, Keys  # only here: importing the gguf package costs every start
+
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        writer = GGUFWriter(tmp, "")
+        writer.kv_data[0].pop(Keys.General.ARCHITECTURE, None)  # llama-imatrix writes none
+        writer.add_type("imatrix")
+        writer.add_array("imatrix.datasets", list(datasets))
+        writer.add_uint32("imatrix.chunk_count", int(chunk_count))
+        writer.add_uint32("imatrix.chunk_size", int(chunk_size))
+        for name in sorted(sums):
+            # ne = [n_per_row, n_mat] and [1, n_mat], trailing 1s dropped (ggml_n_dims)
+            n_mat = counts[name].size
+            values = np.asarray(sums[name], dtype=np.float32).reshape(n_mat, -1)
+            tally = np.asarray(counts[name], dtype=np.float32).reshape(n_mat, 1)
+            writer.add_tensor(f"{name}.in_sum2", values[0] if n_mat == 1 else values)
+            writer.add_tensor(f"{name}.counts", tally[0] if n_mat == 1 else tally)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    return path
 
 
 def _truncate(text: str) -> str:

@@ -8,7 +8,7 @@ a command, write its module and list it in :data:`COMMAND_MODULES`.
 COMMAND_MODULES = [
     "app.commands.doctor",
     "app.commands.convert",
-    "app.commands.quantize",
+    "app.commands.quantize", "app.commands.imatrix", "app.commands.evaluate",
     "app.commands.search", "app.commands.pull", "app.commands.list", "app.commands.rm",
     "app.commands.chat", "app.commands.chats", "app.commands.bench", "app.commands.serve",
 ]
