@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from app.core.errors import QuantDeskError
 
@@ -47,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     preload = []
     for name in args.models:
         model = find_model(library, name)
+        if model is None and name.lower().endswith(".gguf") and Path(name).is_file():
+            # A file given by path joins the library where it is (as a file dropped on the
+            # window does), so requests can name it by its id.
+            library.import_path(Path(name))
+            model = find_model(library, str(Path(name).expanduser().resolve()))
         if model is None:
             raise QuantDeskError(f"There is no model {name!r} in the library.",
                                  "Run `quantdesk list` to see the models (their file names "
