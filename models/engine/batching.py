@@ -251,7 +251,7 @@ class BatchScheduler:
         model = self.model
         prompt = request.get("prompt")
         text = prompt if prompt is not None else model.render(request["messages"],
-                                                               options.thinking)
+                                                               options.thinking, options.tools)
         tokens = model.tokenize_prompt(text)
         if not tokens:
             raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
