@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.server import openai_api
+from models.server import anthropic_api, openai_api
 from models.server.config import LOOPBACK_NAMES
 from models.server.core import ServerCore, error_response
 from models.server.errors import ApiError, internal_error
@@ -123,7 +123,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = (f"There is no endpoint {request.url.path}. This server offers GET /health, "
-                   "GET /v1/models, POST /v1/chat/completions and POST /v1/completions.")
+                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions and "
+                   "POST /v1/messages.")
     elif exc.status_code == 405:
         message = f"{request.url.path} does not accept {request.method} requests."
     else:
@@ -165,6 +166,6 @@ def build_app(core: ServerCore) -> Starlette:
                                                     "x-api-key"]))
     middleware.append(Middleware(Guard, core=core))
     return Starlette(routes=[Route("/health", core.endpoint(health), methods=["GET"]),
-                             *openai_api.routes(core)],
+                             *openai_api.routes(core), *anthropic_api.routes(core)],
                      middleware=middleware, lifespan=lifespan,
                      exception_handlers={HTTPException: _http_error, Exception: _unexpected})

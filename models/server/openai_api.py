@@ -19,16 +19,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.core.errors import QuantDeskError
 from models.engine.options import MAX_STOP_STRINGS
 from models.server.catalog import served_models
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
 from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
-from models.server.tool_calls import (CallFormat, CallStream, Tool, ToolChoice, call_format,
-                                      call_grammar, parse_calls, prompt_messages, template_of,
-                                      validate_calls)
+from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
@@ -230,52 +227,6 @@ def _tool_choice(body: Fields, tools: list[Tool]) -> ToolChoice:
         raise ApiError(400, f"tool_choice is {mode!r} but the request offers no `tools`.",
                        param="tool_choice", code="invalid_value")
     return ToolChoice(mode, parallel=parallel)
-
-
-class ToolPlan:
-    """A request's tools, the model's call format and what the reply's calls must match."""
-
-    def __init__(self, fmt: CallFormat, tools: list[Tool]) -> None:
-        self.fmt = fmt
-        self.tools = tools
-
-    def calls(self, gen: Generation) -> Optional[list]:
-        """The reply's calls, checked against the functions (a 500 if they do not match,
-        which the grammar rules out); ``None`` for a text reply."""
-        calls = parse_calls(gen.text, self.fmt)
-        if calls is None:
-            return None
-        problem = validate_calls(calls, self.tools)
-        if problem is not None and gen.finish_reason != "length":
-            raise ApiError(500, f"The model's tool call is malformed: {problem}.",
-                           code="invalid_tool_call")
-        return calls
-
-
-def _tool_request(core: ServerCore, body: Fields, messages: list[dict],
-                  values: dict) -> tuple[list[dict], Optional[ToolPlan]]:
-    """The engine messages and options for the request's tools (``values`` gains the
-    call grammar and the tools for the template); the plan is ``None`` without tools."""
-    tools = _tools(body)
-    choice = _tool_choice(body, tools)
-    history = any("tool_calls" in m or m["role"] == "tool" for m in messages)
-    if choice.mode == "none" and not history:
-        return messages, None
-    fmt = call_format(template_of(core.resolve(body.get("model")).path))
-    if choice.mode == "none":
-        return prompt_messages(fmt, messages, []), None
-    if values.get("response_format"):
-        raise ApiError(400, "response_format cannot be combined with tools: the tool calls "
-                            "already have their grammar. Send one or the other.",
-                       param="response_format", code="invalid_value")
-    try:
-        values["grammar"] = call_grammar(tools, fmt, choice)
-    except QuantDeskError as exc:
-        raise ApiError(400, exc.user_message, param="tools", code="invalid_schema") from None
-    values["response_format"] = "grammar"
-    if fmt.template_tools:
-        values["tools"] = [tool.openai() for tool in tools]
-    return prompt_messages(fmt, messages, tools), ToolPlan(fmt, tools)
 
 
 def _options_maker(values: dict) -> Callable[[int], Any]:
@@ -487,7 +438,9 @@ def routes(core: ServerCore) -> list[Route]:
                            param="top_logprobs", code="invalid_value")
         values = dict(_sampling(body, chat=True), **_output_format(body))
         values["logprobs"] = (top or 0) if logprobs else None
-        messages, plan = _tool_request(core, body, messages, values)
+        tools = _tools(body)
+        messages, plan = tool_request(core, body.get("model"), messages, tools,
+                                      _tool_choice(body, tools), values)
         if plan is not None:
             values["logprobs"] = None  # calls are grammar-made: no per-token alternatives
         return await _respond(core, request, body, _Dialect(True, values["logprobs"], plan),

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from app.core.errors import QuantDeskError
+from models.server.errors import ApiError
 from models.structured.json_rules import gbnf_char
 
 MAX_PARALLEL_CALLS = 4  # calls one reply may hold when parallel calls are allowed
@@ -533,6 +534,56 @@ class CallStream:
                 events.append(("arguments", index, text[start + self.sent_args[index]:stop]))
                 self.sent_args[index] = stop - start
         return events
+
+
+class ToolPlan:
+    """A request's tools, the model's call format and what the reply's calls must match."""
+
+    def __init__(self, fmt: CallFormat, tools: list[Tool]) -> None:
+        self.fmt = fmt
+        self.tools = tools
+
+    def calls(self, gen: Any) -> Optional[list]:
+        """The reply's calls, checked against the functions (a 500 if they do not match,
+        which the grammar rules out); ``None`` for a text reply."""
+        calls = parse_calls(gen.text, self.fmt)
+        if calls is None:
+            return None
+        problem = validate_calls(calls, self.tools)
+        if problem is not None and gen.finish_reason != "length":
+            raise ApiError(500, f"The model's tool call is malformed: {problem}.",
+                           code="invalid_tool_call")
+        return calls
+
+
+def tool_request(core: Any, model_id: Any, messages: list[dict], tools: list[Tool],
+                 choice: ToolChoice, values: dict) -> tuple[list[dict], Optional[ToolPlan]]:
+    """The engine messages and options for a request's tools, whatever its dialect
+    (``values``, the engine option fields, gains the call grammar and the tools for the
+    template); the plan is ``None`` when no call can be made.
+
+    Raises:
+        ApiError: 400 for a parameters schema the grammar cannot enforce, or tools
+            together with a response format.
+    """
+    history = any("tool_calls" in m or m["role"] == "tool" for m in messages)
+    if choice.mode == "none" and not history:
+        return messages, None
+    fmt = call_format(template_of(core.resolve(model_id).path))
+    if choice.mode == "none":
+        return prompt_messages(fmt, messages, []), None
+    if values.get("response_format"):
+        raise ApiError(400, "response_format cannot be combined with tools: the tool calls "
+                            "already have their grammar. Send one or the other.",
+                       param="response_format", code="invalid_value")
+    try:
+        values["grammar"] = call_grammar(tools, fmt, choice)
+    except QuantDeskError as exc:
+        raise ApiError(400, exc.user_message, param="tools", code="invalid_schema") from None
+    values["response_format"] = "grammar"
+    if fmt.template_tools:
+        values["tools"] = [tool.openai() for tool in tools]
+    return prompt_messages(fmt, messages, tools), ToolPlan(fmt, tools)
 
 
 def validate_calls(calls: list[ParsedCall], tools: list[Tool]) -> Optional[str]:
