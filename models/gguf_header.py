@@ -3,14 +3,16 @@
 The parsing is :func:`quantize.gguf_layout.read_gguf_layout` (``struct`` over a memory
 map, milliseconds where ``gguf.GGUFReader`` takes seconds; no tensor data is read). This
 module only reshapes its result for lookups: metadata as a dict, and each tensor's name,
-shape, type and size in bytes.
+shape, type and size in bytes; and for mixture-of-experts models, which tensors are
+experts and how many parameters one token uses (:attr:`GGUFHeader.active_parameter_count`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Optional
 
 from quantize.gguf_layout import read_gguf_layout
 
@@ -31,6 +33,36 @@ class TensorInfo:
         for dim in self.shape:
             count *= dim
         return count
+
+
+#: llama.cpp's ``LLM_FFN_EXPS_REGEX`` (common/common.h): the merged expert tensors, which
+#: ``--n-cpu-moe`` keeps on the CPU and of which a token uses only its routed experts.
+EXPERT_TENSORS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+_EXPERT_TENSOR = re.compile(EXPERT_TENSORS_REGEX)
+
+
+def is_expert_tensor(name: str) -> bool:
+    """Whether ``name`` holds a MoE layer's experts (``blk.N.ffn_up_exps.weight``...)."""
+    return _EXPERT_TENSOR.search(name) is not None
+
+
+def parameters_text(total: Optional[int], active: Optional[int] = None) -> str:
+    """A parameter count for people: ``"1.7B"``, ``"135M"``; for a mixture of experts whose
+    tokens use fewer (``active``) than all, ``"30.5B total, 3.3B active"``; ``"–"`` unknown.
+
+    Billions keep one decimal cut, not rounded, as model names and cards count them
+    (Qwen3-30B-A3B: 30.53 and 3.35 billion, "30.5B total, 3.3B activated").
+    """
+    def short(n: int) -> str:
+        if n >= 1e9:
+            return f"{n // 10**8 / 10:.1f}B"
+        return f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+    if not total:
+        return "–"
+    if active and active < total:
+        return f"{short(total)} total, {short(active)} active"
+    return short(total)
 
 
 @dataclass
@@ -54,6 +86,38 @@ class GGUFHeader:
     def parameter_count(self) -> int:
         """Number of weights in all tensors."""
         return sum(t.n_elements for t in self.tensors)
+
+    @property
+    def expert_count(self) -> int:
+        """Experts per MoE layer (``{arch}.expert_count``); 0 for a dense model."""
+        value = self.arch_value("expert_count", 0)
+        return int(value) if isinstance(value, int) and value > 1 else 0
+
+    @property
+    def expert_used_count(self) -> int:
+        """Experts each token is routed to (``{arch}.expert_used_count``); 0 for a dense model."""
+        value = self.arch_value("expert_used_count", 0)
+        if isinstance(value, list):  # per-layer counts: llama.cpp sizes by the largest
+            value = max(value, default=0)
+        return min(int(value or 0), self.expert_count) if self.expert_count else 0
+
+    def active_share(self, values: Iterable[tuple[str, int]]) -> int:
+        """Sum of ``(tensor name, amount)`` counting an expert tensor's amount only for the
+        experts one token uses (``used / count`` of it); every other tensor in full."""
+        dense = experts = 0
+        for name, amount in values:
+            if self.expert_count and is_expert_tensor(name):
+                experts += amount
+            else:
+                dense += amount
+        return dense + (experts * self.expert_used_count // self.expert_count if experts else 0)
+
+    @property
+    def active_parameter_count(self) -> int:
+        """Weights one token uses: :attr:`parameter_count` less the experts it is not routed
+        to (Qwen3-30B-A3B: 30.5 billion in all, 3.3 billion active). Equal to
+        :attr:`parameter_count` for a dense model."""
+        return self.active_share((t.name, t.n_elements) for t in self.tensors)
 
 
 def read_gguf_header(path: Path) -> GGUFHeader:

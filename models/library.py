@@ -45,8 +45,11 @@ CREATE TABLE IF NOT EXISTS models (
     path TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, name TEXT NOT NULL,
     size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, architecture TEXT, parameters INTEGER,
     file_type INTEGER, quant TEXT, context_length INTEGER, chat_template INTEGER,
-    files TEXT NOT NULL, error TEXT, added REAL NOT NULL
+    files TEXT NOT NULL, error TEXT, added REAL NOT NULL, active_parameters INTEGER
 )"""
+# Columns added after the first release, appended to older databases as they open (their
+# files are then read again: the new column has no value before).
+_ADDED_COLUMNS = {"active_parameters": "INTEGER"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class LibraryModel:
     files: str  # JSON list of every file the model consists of
     error: Optional[str]  # why metadata could not be read, if so
     added: float
+    #: Parameters one token uses: fewer than ``parameters`` for a mixture of experts.
+    active_parameters: Optional[int] = None
 
     @property
     def file_list(self) -> list[Path]:
@@ -111,11 +116,15 @@ def _stat(files: list[Path]) -> tuple[int, int]:
 
 def _gguf_fields(files: list[Path]) -> dict:
     header = read_gguf_header(files[0])
-    params = header.parameter_count + sum(read_gguf_header(f).parameter_count for f in files[1:])
+    others = [read_gguf_header(f) for f in files[1:]]
+    params = header.parameter_count + sum(h.parameter_count for h in others)
+    # shards after the first carry no expert counts: the first's apply to all
+    active = header.active_share((t.name, t.n_elements) for h in [header, *others] for t in h.tensors)
     file_type = header.metadata.get("general.file_type")
     return dict(
         architecture=header.architecture or None,
         parameters=params,
+        active_parameters=active,
         file_type=file_type,
         quant=quant_name(file_type),
         context_length=header.arch_value("context_length"),
@@ -133,7 +142,8 @@ def _safetensors_fields(folder: Path) -> dict:
             (folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     return dict(
         architecture=(config.get("architectures") or [config.get("model_type")])[0],
-        parameters=None, file_type=None, quant=str(config.get("torch_dtype") or config.get("dtype") or "")
+        parameters=None, active_parameters=None,
+        file_type=None, quant=str(config.get("torch_dtype") or config.get("dtype") or "")
         or None, context_length=text.get("max_position_embeddings"), chat_template=template,
         name=folder.name,
     )
@@ -162,6 +172,11 @@ class Library:
         self.db_path = self.models_dir / DB_NAME
         with self._db() as db:
             db.execute(_SCHEMA)
+            present = {row[1] for row in db.execute("PRAGMA table_info(models)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in present:
+                    db.execute(f"ALTER TABLE models ADD COLUMN {column} {kind}")
+                    db.execute("UPDATE models SET mtime_ns = -1")  # read each file again
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -252,7 +267,7 @@ class Library:
             meta = _gguf_fields(files) if kind == "gguf" else _safetensors_fields(path)
         except (QuantDeskError, OSError, ValueError) as exc:
             error = str(exc)
-            meta = dict(architecture=None, parameters=None, file_type=None, quant=None,
+            meta = dict(architecture=None, parameters=None, active_parameters=None, file_type=None, quant=None,
                         context_length=None, chat_template=False, name=path.name)
         if not source:
             source = "converted" if meta["file_type"] in _FLOAT_FILE_TYPES else "quantized"

@@ -5,7 +5,9 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
 
 - **Weights**: every tensor's bytes, read from the GGUF header. With ``n_gpu_layers = g``
   the *last* ``g`` of the ``L`` blocks go to the GPU (``i >= L - g``); the output matrix
-  too when ``g > L``; the token embedding always stays on the CPU.
+  too when ``g > L``; the token embedding always stays on the CPU. A mixture-of-experts
+  model's expert tensors (``ffn_*_exps``) of the first ``cpu_moe_layers`` blocks stay on
+  the CPU whatever ``g`` says (llama.cpp's ``--n-cpu-moe``: a buffer-type override).
 - **KV cache**: per layer, ``n_ctx`` cells of K and V rows. ``n_ctx`` is padded up to a
   multiple of 256; a row is ``n_head_kv × head_dim`` values stored as the KV type (f16 =
   2 bytes; q8_0 = 34 bytes per 32 values; q4_0 = 18 per 32).
@@ -16,11 +18,18 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
   * logits: ``n_ubatch × n_vocab × 4`` + 3E
   * attention without flash attention: KQ scores ``n_ubatch × n_ctx × n_head × 4`` +
     mask ``n_ubatch × n_ctx × 4`` + 6E; with flash attention: f16 mask + 6E
-  * feed-forward: ``2 × n_ubatch × n_ff × 4`` + 3E
+  * feed-forward: ``2 × n_ubatch × n_ff × 4`` + 3E; for a mixture of experts, each token's
+    ``k`` routed experts hold gate, up and their SwiGLU product at once:
+    ``3 × n_ubatch × k × n_ff_exp × 4`` + ``n_ubatch × k × n_embd × 4`` + 2E, beside the
+    attention mask (a graph input, alive throughout); Qwen2-MoE's shared expert runs after
+    them, in the memory they free (measured on a converted Qwen3-MoE at n_ctx 512 to 4096,
+    with and without flash attention: tests/models/test_moe_models.py)
 
 These formulas were checked against llama.cpp's own log on SmolLM2 at several context
-lengths and KV types (tests/models/test_memory_fit.py). The GPU split follows
-llama.cpp's rules but could not be measured on these GPU-less machines.
+lengths and KV types (tests/models/test_memory_fit.py), and on a converted Qwen3-MoE
+(tests/models/test_moe_models.py). The GPU split follows llama.cpp's rules but could not
+be measured on these GPU-less machines (tests/benchmarks/moe_offload_probe.py measures it
+where a CUDA build is at hand).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from typing import Callable, Optional, Union
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
-from models.gguf_header import GGUFHeader, read_gguf_header
+from models.gguf_header import GGUFHeader, is_expert_tensor, parameters_text, read_gguf_header
 
 KV_TYPES = {name: GGMLQuantizationType[name.upper()] for name in
             ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")}
@@ -50,6 +59,7 @@ class FitSettings:
     n_batch: int = 512
     n_ubatch: int = 512
     flash_attn: Optional[bool] = None  # None: on when the KV cache is quantized (llama.cpp needs it)
+    cpu_moe_layers: int = 0  # MoE: blocks (from the first) whose experts stay on the CPU; -1 all
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,13 @@ class MemoryPrediction:
     compute_gpu: int
     output: int
     n_ctx: int
+    parameters: int = 0
+    active_parameters: int = 0
+
+    @property
+    def parameters_text(self) -> str:
+        """``"30.5B total, 3.3B active"`` for a mixture of experts, ``"1.7B"`` otherwise."""
+        return parameters_text(self.parameters, self.active_parameters)
 
     @property
     def ram(self) -> int:
@@ -118,12 +135,15 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     gpu_layers = max(0, min(settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer + 1, n_layer + 1))
     first_gpu_layer = n_layer - min(gpu_layers, n_layer)
     output_on_gpu = gpu_layers > n_layer
+    cpu_moe = n_layer if settings.cpu_moe_layers < 0 else settings.cpu_moe_layers
 
     weights_cpu = weights_gpu = 0
     for tensor in header.tensors:
         layer = _layer_of(tensor.name)
         on_gpu = (layer is not None and layer >= first_gpu_layer) or (
             layer is None and output_on_gpu and tensor.name.startswith("output"))
+        if on_gpu and layer is not None and layer < cpu_moe and is_expert_tensor(tensor.name):
+            on_gpu = False  # the expert override wins over the layer's device
         if on_gpu:
             weights_gpu += tensor.n_bytes
         else:
@@ -143,19 +163,30 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     n_ub = min(settings.n_ubatch, settings.n_batch, settings.n_ctx)
     act = n_ub * n_embd * 4
     logits = n_ub * n_vocab * 4 + 3 * act
+    mask = n_ub * n_ctx * (2 if flash else 4)
     if flash:
-        attention = n_ub * n_ctx * 2 + 6 * act
+        attention = mask + 6 * act
     else:
-        attention = n_ub * n_ctx * max(n_head) * 4 + n_ub * n_ctx * 4 + 6 * act
+        attention = n_ub * n_ctx * max(n_head) * 4 + mask + 6 * act
     ffn = 2 * n_ub * n_ff * 4 + 3 * act
+    routed = 0
+    if header.expert_count:
+        n_used = header.expert_used_count or 1
+        n_ff_exp = int(header.arch_value("expert_feed_forward_length") or n_ff)
+        n_ff_shexp = int(header.arch_value("expert_shared_feed_forward_length") or 0)
+        routed = 3 * n_ub * n_used * n_ff_exp * 4 + n_ub * n_used * n_embd * 4 + 2 * act
+        ffn = mask + max(routed, 3 * n_ub * n_ff_shexp * 4 + 3 * act)
     compute = max(logits, attention, ffn)
     if gpu_layers == 0:
         compute_cpu, compute_gpu = compute, 0
     else:  # the GPU runs the offloaded graph; the host keeps the un-offloaded part's buffer
         compute_gpu = compute
         compute_cpu = 3 * act if output_on_gpu else logits
+        if cpu_moe > first_gpu_layer:  # experts of GPU layers run on the CPU: their products
+            compute_cpu = max(compute_cpu, routed)  # live in its buffer (not yet measured on a GPU)
     return MemoryPrediction(weights_cpu, weights_gpu, kv_cpu, kv_gpu, compute_cpu, compute_gpu,
-                            output=n_vocab * 4, n_ctx=n_ctx)
+                            output=n_vocab * 4, n_ctx=n_ctx, parameters=header.parameter_count,
+                            active_parameters=header.active_parameter_count)
 
 
 def judge_fit(prediction: MemoryPrediction, ram_available: int,

@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
         result = run_job(lambda progress, cancel: run_benchmark(
             client, info.weight_bytes_per_token, prompt_tokens=args.prompt_tokens,
             generate_tokens=args.gen_tokens, runs=args.runs, report=progress, cancel=cancel,
-            offload=report.offload, threads=report.settings.threads))
+            offload=report.offload, threads=report.settings.threads,
+            experts=(info.expert_count, info.expert_used_count)))
     threads = report.settings.threads
     print(format_result(f"{info.name} ({args.model.name}), {threads} threads", result))
     return 0

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _params(n) -> str:
-    if not n:
-        return "-"
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+from models.gguf_header import parameters_text
 
 
 def _print_unfinished(models_dir) -> None:
@@ -32,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'NAME':<32} {'ARCH':<10} {'PARAMS':>7} {'QUANT':<8} {'CTX':>7} {'SIZE':>9} {'SOURCE':<10} PATH")
     for m in models:
         ctx = str(m.context_length) if m.context_length else "-"
-        print(f"{m.name[:32]:<32} {(m.architecture or '?')[:10]:<10} {_params(m.parameters):>7} "
+        active = parameters_text(m.parameters, m.active_parameters)
+        print(f"{m.name[:32]:<32} {(m.architecture or '?')[:10]:<10} {parameters_text(m.parameters):>7} "
               f"{(m.quant or '-')[:8]:<8} {ctx:>7} {m.size / 2**30:7.2f}GB {m.source:<10} {m.path}"
+              + (f"  ({active})" if "active" in active else "")
               + (f"  (unreadable: {m.error})" if m.error else ""))
     return 0
 

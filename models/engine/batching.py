@@ -144,6 +144,8 @@ class BatchScheduler:
 
     def submit(self, request: dict) -> None:
         """Queue a ``chat`` request; it is admitted when a slot is free."""
+        if self.store is not None and request.get("session_cap_bytes"):
+            self.store.cap_bytes = request["session_cap_bytes"]  # the client's latest budget
         self.waiting.append(request)
 
     def busy(self) -> bool:

@@ -1,7 +1,9 @@
 """Measuring a model's speed on this computer, and the speed its memory allows.
 
-Decoding one token reads every weight once (for a dense model), so on a CPU the decode
-speed is bounded by memory bandwidth: ``limit = bandwidth / weight bytes per token``.
+Decoding one token reads every weight once (for a dense model; a mixture of experts
+reads only the experts the token is routed to, ``expert_used_count`` of ``expert_count``
+per layer), so on a CPU the decode speed is bounded by memory bandwidth:
+``limit = bandwidth / weight bytes per token``.
 :func:`measure_memory_bandwidth` measures the bandwidth here with numpy copies of an array
 far larger than the CPU caches, on as many threads as the engine generates with (a copy
 reads and writes every byte: 2 × size moved);
@@ -44,6 +46,9 @@ class BenchResult:
     weight_bytes_per_token: int
     layers_on_gpu: int = 0
     layers_total: int = 0
+    #: A mixture of experts: experts per layer and those each token uses (0 when dense).
+    expert_count: int = 0
+    expert_used_count: int = 0
 
     @property
     def cpu_weight_bytes_per_token(self) -> int:
@@ -116,13 +121,16 @@ def run_benchmark(
     cancel: Optional[CancelToken] = None,
     offload=None,
     threads: int = 1,
+    experts: tuple[int, int] = (0, 0),
 ) -> BenchResult:
     """Time ``runs`` replies through a loaded :class:`~models.engine.EngineClient`.
 
     Prefill and decode speeds are the medians over the runs, as measured inside the engine.
     ``offload`` is the load's :class:`~models.engine.llama_log.OffloadReport`: the layers
     on a GPU do not count against this computer's RAM bandwidth. ``threads``: the engine's
-    generation threads, as many as measure the bandwidth.
+    generation threads, as many as measure the bandwidth. ``experts``: ``(expert_count,
+    expert_used_count)`` of a mixture of experts, whose ``weight_bytes_per_token`` counts
+    the routed experts only (:attr:`GGUFModelInfo.weight_bytes_per_token`).
     """
     from models.engine.options import ChatOptions
 
@@ -149,6 +157,7 @@ def run_benchmark(
         memory_bandwidth=bandwidth, weight_bytes_per_token=weight_bytes_per_token,
         layers_on_gpu=offload.layers_on_gpu if offload is not None else 0,
         layers_total=offload.layers_total if offload is not None else 0,
+        expert_count=experts[0], expert_used_count=experts[1],
     )
 
 
@@ -162,8 +171,15 @@ def format_result(name: str, result: BenchResult) -> str:
         f"Generation:         {result.decode_tokens_per_second:8.1f} tok/s "
         f"({result.generated_tokens} tokens)",
         f"Memory bandwidth:   {result.memory_bandwidth / gb:8.1f} GB/s (numpy copies on this computer)",
-        f"Weights per token:  {result.weight_bytes_per_token / 1e6:8.1f} MB",
+        f"Weights per token:  {result.weight_bytes_per_token / 1e6:8.1f} MB" + _experts_note(result),
     ] + _limit_lines(result))
+
+
+def _experts_note(result: BenchResult) -> str:
+    if not result.expert_count:
+        return ""
+    return (f" (a mixture of experts: the {result.expert_used_count} of {result.expert_count} "
+            "experts each token is routed to, not all of them)")
 
 
 def _limit_lines(result: BenchResult) -> list[str]:

@@ -519,7 +519,8 @@ class EngineClient:
                 engine.send({"op": "chat", "id": request_id, "lane": lane,
                              "messages": reply._messages, "prompt": reply._prompt,
                              "options": reply._options.to_dict(),
-                             "conversation_id": reply.conversation_id})
+                             "conversation_id": reply.conversation_id,
+                             "session_cap_bytes": self.session_cap_bytes})
             except (BrokenPipeError, OSError):
                 finished = True
                 raise self._crashed("chat", engine=engine) from None

@@ -2,7 +2,8 @@
 
 The offload sliders need the layer count, the context slider needs the trained context
 length, the KV-cache rules need the attention head size, the chat needs the model's own
-template and ``quantdesk bench`` needs the bytes a decode step reads. All of it is in the
+template and ``quantdesk bench`` needs the bytes a decode step reads (for a mixture of
+experts, only the experts a token is routed to: ``expert_used_count`` of ``expert_count``). All of it is in the
 GGUF header and tensor table, which :func:`models.gguf_header.read_gguf_header` reads in
 milliseconds without touching the weights, so this is safe to call in the GUI process
 (nothing here runs llama.cpp).
@@ -38,7 +39,10 @@ class GGUFModelInfo:
         head_size_k: Size of one attention head's key vector (the KV-cache block rule).
         chat_template: ``tokenizer.chat_template`` or ``None`` when the file has none.
         file_size: Bytes on disk.
-        weight_bytes_per_token: Bytes of weights one decode step reads.
+        weight_bytes_per_token: Bytes of weights one decode step reads (a MoE model's
+            routed experts only).
+        expert_count: Experts per layer of a mixture-of-experts model; 0 when dense.
+        expert_used_count: Experts each token uses; 0 when dense.
     """
 
     path: Path
@@ -50,6 +54,13 @@ class GGUFModelInfo:
     chat_template: Optional[str]
     file_size: int
     weight_bytes_per_token: int
+    expert_count: int = 0
+    expert_used_count: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model is a mixture of experts (its experts can stay on the CPU)."""
+        return self.expert_count > 1
 
     @property
     def max_gpu_layers(self) -> int:
@@ -71,7 +82,7 @@ def read_model_info(path: Path | str) -> GGUFModelInfo:
         )
     header = read_gguf_header(path)
     metadata = header.metadata
-    tensor_bytes = {t.name: t.n_bytes for t in header.tensors}
+    tensor_bytes = {t.name: t.n_bytes for t in header.tensors}  # per token: see active_share
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str):
         raise QuantDeskError(
@@ -93,7 +104,7 @@ def read_model_info(path: Path | str) -> GGUFModelInfo:
             heads = max(heads) if isinstance(heads, list) and heads else 0
         head_size_k = embedding // heads if heads else 0
     template = metadata.get("tokenizer.chat_template")
-    per_token = sum(tensor_bytes.values())
+    per_token = header.active_share(tensor_bytes.items())
     if _OUTPUT_PROJECTION in tensor_bytes:
         per_token -= tensor_bytes.get(_TOKEN_EMBEDDING, 0)
     name = metadata.get("general.name")
@@ -107,4 +118,6 @@ def read_model_info(path: Path | str) -> GGUFModelInfo:
         chat_template=template if isinstance(template, str) and template.strip() else None,
         file_size=path.stat().st_size,
         weight_bytes_per_token=per_token,
+        expert_count=header.expert_count,
+        expert_used_count=header.expert_used_count,
     )

@@ -45,6 +45,7 @@ import numpy as np
 from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.draft_model import DraftModel
+from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
@@ -64,12 +65,13 @@ TEST_CRASH_ENV = "QUANTDESK_ENGINE_TEST_CRASH"
 @contextlib.contextmanager
 def _model_params_override(use_extra_bufts: bool,
                            on_progress: Optional[Callable[[float], None]] = None,
-                           parallel: int = 1) -> Iterator[None]:
+                           parallel: int = 1, cpu_moe_layers: int = 0) -> Iterator[None]:
     """While ``Llama()`` builds its params, set ``use_extra_bufts`` on the model params,
     llama.cpp's load progress callback (fraction of the tensors read, 0 to 1) when
     ``on_progress`` is given, and on the context params one sequence per slot, each with a
     KV cache of its own (``kv_unified`` off: a sequence's attention reads its own cells
-    only, so idle slots' caches cost nothing per token)."""
+    only, so idle slots' caches cost nothing per token), and for a mixture-of-experts model
+    the tensor overrides that keep the first ``cpu_moe_layers`` layers' experts in RAM."""
     original = llama_low.llama_model_default_params
     original_context = llama_low.llama_context_default_params
 
@@ -85,6 +87,7 @@ def _model_params_override(use_extra_bufts: bool,
     def with_override():
         params = original()
         params.use_extra_bufts = use_extra_bufts
+        keep_experts_on_cpu(params, cpu_moe_layers)
         if callback is not None:
             params.progress_callback = callback  # kept alive by this frame until the load ends
         return params
@@ -121,7 +124,8 @@ class LoadedModel:
         mark = log_capture.mark()
         started = time.perf_counter()
         try:
-            with _model_params_override(settings.use_extra_bufts, on_progress, settings.parallel):
+            with _model_params_override(settings.use_extra_bufts, on_progress, settings.parallel,
+                                        settings.cpu_moe_layers):
                 self.llm = llama_cpp.Llama(
                     model_path=path,
                     n_gpu_layers=settings.gpu_layers,

@@ -12,7 +12,9 @@ combination is refused here with an explanation instead of failing inside the en
   which ggml cannot do on quantized rows;
 - a quantized K cache needs the attention head size to be a multiple of the block size
   (32 values per ``q8_0``/``q4_0`` block);
-- GPU layers need a GPU backend in this build and a GPU it can see.
+- GPU layers need a GPU backend in this build and a GPU it can see;
+- "expert layers kept on the CPU" (llama.cpp's ``--n-cpu-moe``) applies to
+  mixture-of-experts models only, and counts layers from the first.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ class LoadSettings:
             (continuous batching, for the API server). Each slot has the whole
             ``context_length``: the engine allocates ``context_length * parallel``
             cells of KV cache rather than dividing one context between slots.
+        cpu_moe_layers: For a mixture-of-experts model, the layers (from the first) whose
+            experts stay in RAM and run on the CPU while the rest of those layers goes to
+            the GPU (llama.cpp's ``--n-cpu-moe``): 0 for none, ``-1`` for all. Experts are
+            most of such a model's bytes but each token reads few of them, so this lets a
+            30B MoE run with a small GPU. Ignored (0) for dense models.
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -87,6 +94,7 @@ class LoadSettings:
     use_extra_bufts: bool = True
     draft_model: Optional[str] = None
     parallel: int = 1
+    cpu_moe_layers: int = 0
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""
@@ -196,8 +204,23 @@ def validate_settings(
 
         read_model_info(draft)  # a file that is not a GGUF model is refused with a sentence
         draft = os.path.abspath(draft)
+    cpu_moe_layers = _expert_layers(settings.cpu_moe_layers, model)
     return replace(settings, gpu_layers=gpu_layers, main_gpu=main_gpu, threads=threads,
-                   batch_threads=batch_threads, context_length=context, draft_model=draft)
+                   batch_threads=batch_threads, context_length=context, draft_model=draft,
+                   cpu_moe_layers=cpu_moe_layers)
+
+
+def _expert_layers(value: object, model: GGUFModelInfo) -> int:
+    """``cpu_moe_layers`` resolved: 0 for a dense model (it has no experts to keep; the
+    setting may come from defaults shared by every model), ``-1`` → every block."""
+    if not model.is_moe:
+        return 0
+    layers = model.block_count
+    if value == ALL_LAYERS:
+        return layers
+    return _require_int("expert layers kept on the CPU", value, 0, layers,
+                        f"0 (experts go where their layer goes) up to {layers} (the experts of "
+                        f"every block of {model.name} stay in RAM), or -1 for all")
 
 
 def gpu_device_count(devices: Optional[Sequence] = None) -> int:

@@ -5,11 +5,14 @@ type: ``SmolLM2-135M-Instruct-Q4_K_M.gguf``, ``model.Q8_0.gguf``, sometimes in a
 (``Q4_K_M/x.gguf``) and split in shards (``x-Q6_K-00001-of-00003.gguf``). They are grouped
 into :class:`QuantVariant` — one choice for the user, all its shards downloaded together.
 A repo with ``config.json`` and ``*.safetensors`` is a Hugging Face checkpoint that the
-converter can turn into GGUF.
+converter can turn into GGUF. Its parameter count comes from the Hub's model info; for a
+mixture of experts, the repo's config.json (a few KB, read when the repo has one) gives
+the parameters a token uses too ("30.5B total, 3.3B active").
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -93,6 +96,8 @@ class ModelDetails:
     variants: list[QuantVariant]
     checkpoint: Optional[SafetensorsCheckpoint]
     extra_gguf: list[HubFileInfo]  # GGUF files that are no quant variant (mmproj, imatrix)
+    parameters: Optional[int] = None  # as the Hub counts them (safetensors or GGUF), if it does
+    active_parameters: Optional[int] = None  # a mixture of experts': those one token uses
 
     def variant(self, quant: str) -> QuantVariant:
         """The variant named ``quant`` (case-insensitive)."""
@@ -177,6 +182,7 @@ def model_details(repo_id: str, revision: Optional[str] = None,
         commit = info.sha or revision or "main"
         tree = api.list_repo_tree(repo_id, recursive=True, revision=commit)
         files = [_file_info(e) for e in tree if isinstance(e, RepoFile)]
+        parameters, active = _parameter_counts(api, repo_id, commit, info, files)
     variants, extras = group_variants(files)
     return ModelDetails(
         repo_id=repo_id,
@@ -186,4 +192,31 @@ def model_details(repo_id: str, revision: Optional[str] = None,
         variants=variants,
         checkpoint=find_checkpoint(files, info.config),
         extra_gguf=extras,
+        parameters=parameters,
+        active_parameters=active,
     )
+
+
+def _parameter_counts(api, repo_id: str, commit: str, info, files: list[HubFileInfo]
+                      ) -> tuple[Optional[int], Optional[int]]:
+    """The Hub's parameter count, and for a mixture of experts with a config.json the
+    total and active counts computed from it (what the checkpoint's tensors hold)."""
+    from quantize.convert.archs.moe import moe_parameter_counts
+
+    safetensors = getattr(info, "safetensors", None)
+    gguf = getattr(info, "gguf", None) or {}
+    total = getattr(safetensors, "total", None) or (gguf.get("total") if isinstance(gguf, dict) else None)
+    if not any(f.path == "config.json" for f in files):
+        return total, total
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    url = hf_hub_url(repo_id, "config.json", revision=commit, endpoint=api.endpoint)
+    answer = get_session().get(url, headers=build_hf_headers(token=api.token), timeout=30)
+    if answer.status_code != 200:
+        return total, total  # the counts are a nicety: the details stand without them
+    try:
+        counts = moe_parameter_counts(json.loads(answer.content))
+    except (ValueError, KeyError, TypeError):
+        counts = None
+    return counts if counts is not None else (total, total)

@@ -2,7 +2,9 @@
 
 Per-tensor output types follow convert_hf_to_gguf's ``--outtype`` rules: 1-D tensors,
 norms and biases stay F32 (llama.cpp's kernels for them take F32 only, and they are
-tiny), every other ``*.weight`` matrix takes the requested type.
+tiny), so do MoE routers (``ffn_gate_inp``, ``ffn_gate_inp_shexp``: their logits pick the
+experts, and llama-quantize never quantizes them), every other ``*.weight`` matrix takes
+the requested type.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ OUTTYPES = {
 
 def output_type(tensor: SourceTensor, requested: GGMLQuantizationType) -> GGMLQuantizationType:
     """The type ``tensor`` is written as when ``requested`` is asked for."""
-    if len(tensor.shape) <= 1 or tensor.name.endswith("_norm.weight") or not tensor.name.endswith(".weight"):
+    if (len(tensor.shape) <= 1 or tensor.name.endswith("_norm.weight") or not tensor.name.endswith(".weight")
+            or ".ffn_gate_inp" in tensor.name):
         return GGMLQuantizationType.F32
     return requested
 

@@ -4,7 +4,9 @@
 architecture family, and builds the GGUF metadata and the list of output tensors without
 reading any weights. Each :class:`~quantize.source.SourceTensor`'s ``load()`` reads one
 tensor from its memory-mapped shard and applies the family's rewrites, so a converter or
-quantizer streaming through the list holds one tensor at a time.
+quantizer streaming through the list holds one tensor at a time. A mixture-of-experts
+layer's experts become one tensor per projection: ``load()`` stacks expert E's matrix as
+slice E (llama.cpp's ``ffn_{gate,up,down}_exps``), reading the experts one by one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from gguf import GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from quantize.convert.archs import IGNORED_SUFFIXES, Architecture, find_architecture
-from quantize.convert.archs.hparams import text_model_entries
+from quantize.convert.archs.hparams import expert_count, text_model_entries
 from quantize.convert.general_info import general_entries
 from quantize.convert.hf_folder import HFFolder
 from quantize.convert.pretokenizer import identify_pre_tokenizer
@@ -74,7 +76,8 @@ class HFSource:
             self.hf_class, self.family = find_architecture(self.folder.config, self.folder.path.name)
             self.config = self.family.complete_config(self.folder.config)
             self.arch = self.family.gguf_arch
-            check_tensors(self.folder.tensors, self.config, self.folder.path.name)
+            check_tensors(self.folder.tensors, self.config, self.folder.path.name,
+                          qk_norm_whole=self.family.qk_norm_whole)
             self.vocab = load_vocab(self.folder, self.family, pre_tokenizer)
             self._tensors = self._plan_tensors()
         except BaseException:
@@ -101,8 +104,17 @@ class HFSource:
             for name, values in self.family.extra_tensors(self.config):
                 out.append(SourceTensor(name, values.shape, GGMLQuantizationType.F32,
                                         lambda v=values: v.copy()))
+        experts: dict[str, dict[int, TensorRecord]] = {}
         for hf_name, record in self.folder.tensors.items():
             if hf_name.endswith(IGNORED_SUFFIXES) or hf_name in self.family.dropped:
+                continue
+            slot = self.family.experts.slot(hf_name) if self.family.experts else None
+            if slot is not None:
+                merged, index = slot
+                if merged not in experts:
+                    experts[merged] = {}
+                    out.append(merged)  # type: ignore[arg-type]  # placeholder, keeps file order
+                experts[merged][index] = record
                 continue
             gguf_name = self.family.gguf_name(hf_name)
             if gguf_name is None:
@@ -115,7 +127,40 @@ class HFSource:
                 shape = self._embedding_shape(shape, record)
             out.append(SourceTensor(gguf_name, shape, STORED_TYPES.get(record.dtype, GGMLQuantizationType.F32),
                                     *self._loaders(hf_name, record, shape)))
-        return out
+        return [self._merged_experts(t, experts[t]) if isinstance(t, str) else t for t in out]
+
+    def _merged_experts(self, gguf_name: str, by_index: dict[int, TensorRecord]) -> SourceTensor:
+        """One layer's experts of one projection as a (n_expert, rows, cols) tensor."""
+        n_expert = expert_count(self.config)
+        records = [by_index.get(i) for i in range(n_expert)]
+        first = next(iter(by_index.values()))
+        if None in records or len(by_index) != n_expert:
+            missing = [i for i, r in enumerate(records) if r is None]
+            raise QuantDeskError(
+                f"{self.folder.path.name} has {len(by_index)} experts for {gguf_name}, but "
+                f"config.json says each layer has {n_expert}"
+                + (f" (expert {missing[0]} is missing)." if missing else "."),
+                "A weight shard is probably missing or incomplete; download the model again.")
+        for r in records:
+            if r.shape != first.shape or r.dtype != first.dtype:
+                raise QuantDeskError(
+                    f"The experts of {gguf_name} differ in shape or type ({r.name} is "
+                    f"{r.dtype}{list(r.shape)}, {first.name} is {first.dtype}{list(first.shape)}).",
+                    "The checkpoint is inconsistent; download the model again.")
+        shape = (n_expert, *first.shape)
+
+        def stacked(read: Callable[[TensorRecord], np.ndarray]) -> np.ndarray:
+            out = None
+            for i, r in enumerate(records):  # one expert in memory besides the result
+                values = read(r)
+                if out is None:
+                    out = np.empty(shape, dtype=values.dtype)
+                out[i] = values
+            return out
+
+        return SourceTensor(gguf_name, shape, STORED_TYPES.get(first.dtype, GGMLQuantizationType.F32),
+                            lambda: stacked(TensorRecord.load_f32),
+                            lambda: stacked(TensorRecord.load_stored))
 
     def _embedding_shape(self, shape: tuple[int, ...], record: TensorRecord) -> tuple[int, ...]:
         n_tokens = len(self.vocab.tokens)

@@ -12,30 +12,51 @@ from collections import defaultdict
 from typing import Optional
 
 from app.core.errors import QuantDeskError
-from quantize.convert.archs.hparams import head_dim, require
+from quantize.convert.archs.hparams import expert_count, head_dim, require
 from quantize.convert.safetensors_reader import TensorRecord
 
 
-def expected_shape(module: str, kind: str, config: dict) -> Optional[tuple[int, ...]]:
-    """HF shape of ``module.kind`` implied by ``config``, or ``None`` if not derivable."""
+def _ffn_width(module: str, config: dict) -> int:
+    """Width of the feed-forward ``module`` belongs to: an expert's, the shared expert's
+    (Qwen2-MoE) or the dense MLP's."""
+    if ".shared_expert." in module:
+        return int(config.get("shared_expert_intermediate_size") or 0)
+    if ".experts." in module:
+        return int(config.get("moe_intermediate_size") or config.get("intermediate_size") or 0)
+    return int(config.get("intermediate_size") or 0)
+
+
+def expected_shape(module: str, kind: str, config: dict,
+                   qk_norm_whole: bool = False) -> Optional[tuple[int, ...]]:
+    """HF shape of ``module.kind`` implied by ``config``, or ``None`` if not derivable.
+
+    ``qk_norm_whole``: Q/K norms span all heads (OLMoE) instead of one head.
+    """
     hidden = int(require(config, "hidden_size"))
     heads = int(require(config, "num_attention_heads"))
     kv_heads = int(config.get("num_key_value_heads") or heads)
     hd = head_dim(config)
-    inter = int(config.get("intermediate_size") or 0)
+    inter = _ffn_width(module, config)
     vocab = int(require(config, "vocab_size"))
     leaf = module.rsplit(".", 1)[-1]
-    outputs = {  # rows of each projection (its output width)
+    outputs = {  # rows of each projection (its output width); Mixtral's experts: w1 w3 w2
         "q_proj": heads * hd, "k_proj": kv_heads * hd, "v_proj": kv_heads * hd,
         "qkv_proj": (heads + 2 * kv_heads) * hd,
         "o_proj": hidden, "gate_proj": inter, "up_proj": inter, "gate_up_proj": 2 * inter,
-        "down_proj": hidden,
+        "down_proj": hidden, "w1": inter, "w3": inter, "w2": hidden,
     }
-    inputs = {"o_proj": heads * hd, "down_proj": inter}
+    inputs = {"o_proj": heads * hd, "down_proj": inter, "w2": inter}
     if module in ("model.embed_tokens", "lm_head"):
         return (vocab, hidden) if kind == "weight" else None
     if leaf.endswith("norm"):
-        return (hd,) if leaf in ("q_norm", "k_norm") else (hidden,)
+        if leaf in ("q_norm", "k_norm"):
+            return ((heads if leaf == "q_norm" else kv_heads) * hd,) if qk_norm_whole else (hd,)
+        return (hidden,)
+    if module.endswith((".mlp.gate", ".block_sparse_moe.gate")) and kind == "weight":
+        n_expert = expert_count(config)
+        return (n_expert, hidden) if n_expert else None
+    if leaf == "shared_expert_gate" and kind == "weight":
+        return (1, hidden)
     if leaf in outputs:
         if kind == "bias":
             return (outputs[leaf],)
@@ -43,20 +64,21 @@ def expected_shape(module: str, kind: str, config: dict) -> Optional[tuple[int, 
     return None
 
 
-def check_tensors(records: dict[str, TensorRecord], config: dict, folder: str) -> None:
+def check_tensors(records: dict[str, TensorRecord], config: dict, folder: str,
+                  qk_norm_whole: bool = False) -> None:
     """Raise :class:`QuantDeskError` unless every tensor fits ``config`` and layers agree."""
     n_layers = int(require(config, "num_hidden_layers"))
     per_layer: dict[int, set[str]] = defaultdict(set)
     for name, record in records.items():
         module, _, kind = name.rpartition(".")
-        want = expected_shape(module, kind, config)
+        want = expected_shape(module, kind, config, qk_norm_whole)
         if want is not None and tuple(record.shape) != want:
             raise QuantDeskError(
                 f"Tensor {name} in {record.file.path.name} has shape {list(record.shape)}, but "
                 f"config.json (hidden_size={config.get('hidden_size')}, "
                 f"num_attention_heads={config.get('num_attention_heads')}, "
                 f"num_key_value_heads={config.get('num_key_value_heads')}, "
-                f"intermediate_size={config.get('intermediate_size')}, "
+                f"intermediate_size={_ffn_width(module, config)}, "
                 f"vocab_size={config.get('vocab_size')}) implies {list(want)}.",
                 f"The weights and config.json of {folder} do not belong together; download "
                 "the model again.")

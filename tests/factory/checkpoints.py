@@ -176,6 +176,79 @@ ARCHITECTURES.update({
                      chat_template=PHI3_TEMPLATE),
 })
 
+
+
+def _moe_tensors(cfg: dict, base: Callable[[dict], dict], experts: str = "mlp.experts",
+                 router: str = "mlp.gate", leaves=("gate_proj", "up_proj", "down_proj")) -> dict[str, tuple[int, ...]]:
+    """``base``'s attention and norms, with each dense MLP replaced by a router over experts
+    stored one by one as on the Hub (``<experts>.E.<leaf>.weight``), and Qwen2-MoE's shared
+    expert when the config has ``shared_expert_intermediate_size``."""
+    shapes = {k: v for k, v in base(cfg).items() if ".mlp." not in k}
+    hidden = cfg["hidden_size"]
+    n_expert = cfg.get("num_experts") or cfg["num_local_experts"]
+    width = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+    gate, up, down = leaves
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes[p + router + ".weight"] = (n_expert, hidden)
+        for e in range(n_expert):
+            q = f"{p}{experts}.{e}."
+            shapes.update({q + f"{gate}.weight": (width, hidden), q + f"{up}.weight": (width, hidden),
+                           q + f"{down}.weight": (hidden, width)})
+        shared = cfg.get("shared_expert_intermediate_size")
+        if shared:
+            q = p + "mlp.shared_expert."
+            shapes.update({q + "gate_proj.weight": (shared, hidden), q + "up_proj.weight": (shared, hidden),
+                           q + "down_proj.weight": (hidden, shared), p + "mlp.shared_expert_gate.weight": (1, hidden)})
+    return shapes
+
+
+def _olmoe_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    shapes = _moe_tensors(cfg, _llama_tensors)
+    for i in range(cfg["num_hidden_layers"]):  # Q/K norms over all heads at once
+        p = f"model.layers.{i}.self_attn."
+        shapes[p + "q_norm.weight"] = (cfg["num_attention_heads"] * cfg["head_dim"],)
+        shapes[p + "k_norm.weight"] = (cfg["num_key_value_heads"] * cfg["head_dim"],)
+    return shapes
+
+
+# Four small experts, two used per token: routing matters and every expert is reachable.
+_QWEN_MOE_CONFIG = {"rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                    "use_sliding_window": False, "sliding_window": None, "num_experts": 4,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 1,
+                    "mlp_only_layers": [], "output_router_logits": False, "router_aux_loss_coef": 0.001}
+ARCHITECTURES.update({
+    "qwen2_moe": ArchSpec("qwen2_moe", "Qwen2MoeForCausalLM", {
+        **_QWEN_MOE_CONFIG, "shared_expert_intermediate_size": 96, "norm_topk_prob": False,
+        "qkv_bias": True}, lambda c: _moe_tensors(c, _qwen2_tensors), tokenizer="qwen2-bpe"),
+    "qwen3_moe": ArchSpec("qwen3_moe", "Qwen3MoeForCausalLM", {
+        **_QWEN_MOE_CONFIG, "norm_topk_prob": True, "attention_bias": False},
+        lambda c: _moe_tensors(c, lambda c2: _qk_norm_tensors(c2, _llama_tensors)), tokenizer="qwen2-bpe"),
+    "mixtral": ArchSpec("mixtral", "MixtralForCausalLM", {
+        **_LLAMA_CONFIG, "rope_theta": 1000000.0, "sliding_window": None, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "intermediate_size": 48, "output_router_logits": False,
+        "router_jitter_noise": 0.0},
+        lambda c: _moe_tensors(c, _llama_tensors, "block_sparse_moe.experts", "block_sparse_moe.gate",
+                               ("w1", "w3", "w2")),
+        tokenizer="llama-spm", chat_template=MISTRAL_TEMPLATE),
+    "olmoe": ArchSpec("olmoe", "OlmoeForCausalLM", {
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu", "num_key_value_heads": 4,
+        "num_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32, "norm_topk_prob": False,
+        "clip_qkv": None, "attention_bias": False, "output_router_logits": False}, _olmoe_tensors),
+})
+
+#: The mixture-of-experts entries of :data:`ARCHITECTURES`.
+MOE_ARCHITECTURES = ("qwen2_moe", "qwen3_moe", "mixtral", "olmoe")
+
+#: config.json of Qwen/Qwen3-30B-A3B (the keys that size it): 30,532,122,624 parameters by
+#: the Hub's count, 128 experts of which 8 per token.
+QWEN3_30B_A3B_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "intermediate_size": 6144, "tie_word_embeddings": False}
+
+
 @dataclass
 class TinyCheckpoint:
     """What the factory wrote, for tests to assert against."""

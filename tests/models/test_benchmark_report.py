@@ -40,3 +40,14 @@ def test_without_offload_the_whole_model_counts_as_before():
         assert "(bandwidth ÷ weights per token)" in text
         assert f"Generation reaches {30.0 / (23.7e9 / 630_200_000):.0%}" in text
 
+
+
+def test_a_mixture_of_experts_is_bounded_by_its_routed_experts_bytes():
+    """The bytes per token given are the routed experts' (gguf_info); the report says so."""
+    result = BenchResult(prompt_tokens=907, generated_tokens=128, prefill_tokens_per_second=300.0,
+                         decode_tokens_per_second=20.0, time_to_first_token=0.5, memory_bandwidth=23.7e9,
+                         weight_bytes_per_token=1_800_000_000, expert_count=128, expert_used_count=8)
+    text = format_result("Qwen3-30B-A3B", result)
+    assert "the 8 of 128 experts each token is routed to" in text
+    assert result.decode_limit == 23.7e9 / 1_800_000_000
+    assert "experts" not in format_result("ck", _result(0, 23, 30.0))

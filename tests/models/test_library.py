@@ -139,3 +139,28 @@ def test_quant_names_and_reveal_commands(tmp_path):
     assert linux[0] in ("gdbus", "xdg-open") and (f.as_uri() in linux[-2] or linux[-1] == str(tmp_path))
     assert reveal_command(tmp_path, "linux") == ["xdg-open", str(tmp_path)]
     assert reveal_command(tmp_path, "darwin") == ["open", str(tmp_path)]
+
+
+def test_a_database_from_before_active_parameters_gains_the_column_and_rereads(tmp_path):
+    """Append-only migration: an older index opens, keeps its rows, and fills the new column."""
+    import sqlite3
+
+    path = write_gguf(models_dir() / "old.gguf")
+    folder = models_dir().resolve()
+    old = sqlite3.connect(folder / ".library.sqlite3")
+    old.execute("""CREATE TABLE models (
+        path TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, name TEXT NOT NULL,
+        size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, architecture TEXT, parameters INTEGER,
+        file_type INTEGER, quant TEXT, context_length INTEGER, chat_template INTEGER,
+        files TEXT NOT NULL, error TEXT, added REAL NOT NULL)""")
+    stat = path.stat()
+    old.execute("INSERT INTO models VALUES (?, 'gguf', 'quantized', 'old', ?, ?, 'llama', 96, 7, 'Q8_0', "
+                "256, 1, ?, NULL, 0)", (str(path.resolve()), stat.st_size, stat.st_mtime_ns,
+                                        f'["{path.resolve()}"]'))
+    old.commit()
+    old.close()
+    lib = Library()
+    assert [m.name for m in lib.models()] == ["old"] and lib.models()[0].active_parameters is None
+    lib.scan()
+    (model,) = lib.models()
+    assert model.parameters == model.active_parameters == 96  # a dense model: all of them active

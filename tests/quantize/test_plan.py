@@ -46,7 +46,7 @@ class ShapeSource:
 
 
 def layout(arch="llama", n_layer=10, n_embd=512, n_ff=1024, n_head=8, n_head_kv=2, n_vocab=1000,
-           tied=False, n_expert=0, fused_qkv=False, biases=False, extras=()):
+           tied=False, n_expert=0, fused_qkv=False, biases=False, extras=(), n_ff_shexp=0, qk_norm=False):
     """Tensor names and shapes (numpy order) of a llama.cpp-style model, in file order."""
     F16, F32 = T.F16, T.F32
     head = n_embd // n_head
@@ -64,7 +64,14 @@ def layout(arch="llama", n_layer=10, n_embd=512, n_ff=1024, n_head=8, n_head_kv=
                    (p + "attn_v.weight", (n_head_kv * head, n_embd), F16)]
             if biases:
                 ts += [(p + "attn_q.bias", (n_embd,), F32), (p + "attn_v.bias", (n_head_kv * head,), F32)]
+        if qk_norm:
+            ts += [(p + "attn_q_norm.weight", (head,), F32), (p + "attn_k_norm.weight", (head,), F32)]
         ts += [(p + "attn_output.weight", (n_embd, n_embd), F16), (p + "ffn_norm.weight", (n_embd,), F32)]
+        if n_ff_shexp:  # Qwen2-MoE's shared expert and its (1, n_embd) sigmoid gate
+            ts += [(p + "ffn_gate_inp_shexp.weight", (1, n_embd), F32),
+                   (p + "ffn_gate_shexp.weight", (n_ff_shexp, n_embd), F16),
+                   (p + "ffn_up_shexp.weight", (n_ff_shexp, n_embd), F16),
+                   (p + "ffn_down_shexp.weight", (n_embd, n_ff_shexp), F16)]
         if n_expert:
             ts += [(p + "ffn_gate_inp.weight", (n_expert, n_embd), F32),
                    (p + "ffn_gate_exps.weight", (n_expert, n_ff, n_embd), F16),
@@ -84,6 +91,17 @@ LAYOUTS = {
     "dense-mha-odd-widths": lambda: layout(n_layer=16, n_embd=288, n_ff=336, n_head=4, n_head_kv=4, biases=True),
     "llama-70b": lambda: layout(n_layer=80, n_embd=8192, n_ff=28672, n_head=64, n_head_kv=8, n_vocab=128256),
     "moe-8-experts": lambda: layout(n_layer=8, n_embd=512, n_ff=768, n_head=8, n_head_kv=2, n_expert=8),
+    # The converter's MoE families, shaped like their real models (fewer layers).
+    "qwen3moe-128-experts": lambda: layout(arch="qwen3moe", n_layer=12, n_embd=512, n_ff=768, n_head=8,
+                                           n_head_kv=2, n_expert=128, qk_norm=True),
+    "qwen2moe-60-experts-shared": lambda: layout(arch="qwen2moe", n_layer=6, n_embd=512, n_ff=1408, n_head=8,
+                                                 n_head_kv=8, n_expert=60, biases=True, n_ff_shexp=2816),
+    "qwen2moe-8-experts-shared": lambda: layout(arch="qwen2moe", n_layer=4, n_embd=256, n_ff=320, n_head=4,
+                                                n_head_kv=4, n_expert=8, biases=True, n_ff_shexp=512),
+    "olmoe-64-experts": lambda: layout(arch="olmoe", n_layer=16, n_embd=512, n_ff=1024, n_head=8, n_head_kv=8,
+                                       n_expert=64),
+    "mixtral-8-experts-32-layers": lambda: layout(n_layer=32, n_embd=512, n_ff=1792, n_head=8, n_head_kv=2,
+                                                  n_expert=8),
     "falcon-fused-qkv": lambda: layout(arch="falcon", n_layer=12, n_head=8, n_head_kv=1, fused_qkv=True),
     "special-tensors": lambda: layout(n_layer=4, extras=[
         ("position_embd.weight", (64, 512), T.F16), ("token_types.weight", (2, 512), T.F16),
@@ -128,6 +146,11 @@ def test_the_layouts_exercise_the_rules_they_are_meant_to():
     assert types["llama-70b"]["blk.11.attn_v.weight"] == T.Q5_K         # the 70B attn_v bump
     assert types["moe-8-experts"]["blk.3.attn_v.weight"] == T.Q8_0      # 8 experts
     assert types["moe-8-experts"]["blk.0.ffn_down_exps.weight"] == T.Q6_K
+    assert types["qwen2moe-60-experts-shared"]["blk.0.ffn_gate_inp_shexp.weight"] == T.F32  # 1-D to ggml
+    assert types["qwen2moe-60-experts-shared"]["blk.5.ffn_down_shexp.weight"] == T.Q6_K  # last eighth
+    assert types["qwen3moe-128-experts"]["blk.0.ffn_gate_inp.weight"] == T.F32            # routers stay
+    assert types["qwen3moe-128-experts"]["blk.3.ffn_up_exps.weight"] == T.Q4_K
+    assert types["qwen2moe-8-experts-shared"]["blk.1.attn_output.weight"] == T.Q5_K     # 8 experts
     assert types["dense-tied-576wide"]["token_embd.weight"] == T.Q8_0   # tied, 576 % 256 != 0
     assert types["dense-gqa4-untied"]["output.weight"] == T.Q6_K
     assert types["dense-mha-odd-widths"]["blk.0.ffn_down.weight"] == T.F16  # 336 % 32 != 0

@@ -127,3 +127,42 @@ def test_the_settings_page_edits_the_defaults_with_the_same_form(qtbot):
     saved = Preferences().get(DEFAULT_LOAD_KEY)
     assert saved["context_length"] == 0 and saved["threads"] == 1 and saved["use_mlock"]
     assert saved["gpu_layers"] == ALL_LAYERS and "Saved" in page.banner.text()
+
+
+def test_a_moe_model_gets_the_experts_slider_and_its_parameters_in_the_verdict(qtbot, tmp_path):
+    from models.gguf_header import read_gguf_header
+    from models.memory_fit import FitSettings, predict_memory
+    from tests.quantize.model_files import TinyLlama, write_tiny_llama
+
+    moe = read_gguf_header(write_tiny_llama(tmp_path / "moe.gguf", TinyLlama(n_layer=4, n_expert=8)))
+    form = LoadSettingsForm()
+    qtbot.addWidget(form)
+    form.show()
+    form.set_settings(LoadSettings(gpu_layers=ALL_LAYERS, cpu_moe_layers=ALL_LAYERS))
+    form.set_machine(_header(tmp_path, 4096), 8 << 30, 8 << 30)  # a dense model: no slider
+    assert not form.cpu_moe.isVisible() and "active" not in form.verdict.text()
+    assert form.settings().cpu_moe_layers == ALL_LAYERS  # kept for the next MoE model
+    form.set_machine(moe, 8 << 30, 8 << 30)
+    assert form.cpu_moe.isVisible() and form.cpu_moe_value.text() == "all"
+    assert form.cpu_moe.accessibleName() == "Expert layers kept on the CPU"
+    total_active = predict_memory(moe).parameters_text
+    assert "total" in total_active and f"{total_active} parameters" in form.verdict.text()
+    all_on_cpu = form.verdict.text()
+    form.cpu_moe.setValue(1)  # a person keeps only the first layer's experts in RAM
+    assert form.settings().cpu_moe_layers == 1 and form.cpu_moe_value.text() == "1 of 4"
+    assert form.verdict.text() != all_on_cpu  # VRAM grew by three layers' experts
+    vram = predict_memory(moe, FitSettings(n_ctx=4096, n_gpu_layers=5, cpu_moe_layers=1)).vram
+    assert vram > predict_memory(moe, FitSettings(n_ctx=4096, n_gpu_layers=5, cpu_moe_layers=-1)).vram
+    form.cpu_moe.setValue(0)
+    assert form.settings().cpu_moe_layers == 0 and form.cpu_moe_value.text() == "none"
+
+
+def test_defaults_mode_offers_the_experts_slider_for_moe_models(qtbot):
+    form = LoadSettingsForm(defaults=True)
+    qtbot.addWidget(form)
+    form.show()
+    form.set_settings(LoadSettings(cpu_moe_layers=ALL_LAYERS))
+    assert form.cpu_moe.isVisible() and form.cpu_moe_value.text() == "all"
+    assert "dense models ignore this" in form.cpu_moe.toolTip()
+    form.cpu_moe.setValue(12)
+    assert form.settings().cpu_moe_layers == 12 and form.cpu_moe_value.text() == "12"

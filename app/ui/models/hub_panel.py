@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 
 from app.core.quantize_queue import fit_settings_from, saved_load_settings
 from app.ui.models.library_panel import size_text
+from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.fit_badge import fit_icon, fit_word
 from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
@@ -310,7 +311,9 @@ class HubPanel(QWidget):
         self.details = details
         self.variants_model.set_rows(choices)
         gated = f" · gated ({details.gated})" if details.gated else ""
-        self.details_title.setText(f"<b>{details.repo_id}</b>{gated}<br>commit {details.commit[:10]} · "
+        params = parameters_text(details.parameters, details.active_parameters)
+        params = f" · {params} parameters" if details.parameters else ""  # "30.5B total, 3.3B active"
+        self.details_title.setText(f"<b>{details.repo_id}</b>{gated}{params}<br>commit {details.commit[:10]} · "
                                    f"{len(details.variants)} GGUF variant(s)"
                                    + (" · convertible safetensors checkpoint" if details.checkpoint else ""))
         if choices:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.errors import QuantDeskError
+from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
@@ -34,16 +35,12 @@ def size_text(n: Optional[int]) -> str:
     return f"{n} B"
 
 
-def params_text(n: Optional[int]) -> str:
-    if not n:
-        return "–"
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
-
-
 LIBRARY_COLUMNS = [
     Column("Name", lambda m: m.name, tooltip=lambda m: m.path + (f"\nUnreadable: {m.error}" if m.error else "")),
     Column("Architecture", lambda m: m.architecture or "?"),
-    Column("Parameters", lambda m: params_text(m.parameters), sort=lambda m: m.parameters or 0, align_right=True),
+    # "30.5B total, 3.3B active" for a mixture of experts
+    Column("Parameters", lambda m: parameters_text(m.parameters, m.active_parameters),
+           sort=lambda m: m.parameters or 0, align_right=True),
     Column("Quant", lambda m: m.quant or "–"),
     Column("Context", lambda m: f"{m.context_length:,}" if m.context_length else "–",
            sort=lambda m: m.context_length or 0, align_right=True),

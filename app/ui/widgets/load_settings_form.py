@@ -5,6 +5,10 @@ In the chat it follows a model: its GGUF header (read off the GUI thread) gives 
 layer count and trained context, and the memory-fit verdict follows every move. In
 defaults mode (``defaults=True``) there is no model: GPU layers read "all", "none" or a
 number, the context may be "the model's own", threads "auto", and there is no verdict.
+For a mixture-of-experts model (and in defaults mode, where it applies to such models
+only) a slider keeps the experts of the first N layers in RAM, on the CPU, while the
+rest of those layers goes to the GPU (llama.cpp's ``--n-cpu-moe``); the verdict then
+also says how many of the model's parameters a token uses.
 
 Values arrive before the ranges that fit them: a model's remembered settings are shown
 at once, its header later. So the form keeps what the settings *want* (GPU layers,
@@ -39,8 +43,9 @@ def _cpu_count() -> int:
 
 
 class LoadSettingsForm(QWidget):
-    """GPU layers, context, threads, batch, KV cache, flash attention, mmap/mlock and a
-    draft model; with a model, a live memory-fit verdict.
+    """GPU layers, expert layers kept on the CPU (MoE models), context, threads, batch, KV
+    cache, flash attention, mmap/mlock and a draft model; with a model, a live memory-fit
+    verdict.
 
     Args:
         defaults: The Settings page's defaults for new models (no model, no verdict, no
@@ -57,6 +62,9 @@ class LoadSettingsForm(QWidget):
         self._value_width = max(self.fontMetrics().horizontalAdvance(text)
                                 for text in ("CPU only", "128 of 129", "of 131,072", "model's own"))
         self.gpu_layers, self.gpu_layers_value, gpu_row = self._slider("GPU layers", "gpuLayersValue")
+        self.cpu_moe, self.cpu_moe_value, cpu_moe_row = self._slider("Expert layers kept on the CPU",
+                                                                     "cpuMoeValue")
+        self.cpu_moe_label = QLabel("Experts on CPU")
         self.context, self.context_value, context_row = self._slider("Context length", "contextValue")
         self.context.setSingleStep(1)
         self.context.setPageStep(16)  # 4,096 tokens
@@ -90,6 +98,8 @@ class LoadSettingsForm(QWidget):
             self.apply_button = QPushButton("Apply and reload")
             self.apply_button.setAccessibleName("Apply load settings")
         form.addRow("GPU layers", gpu_row)
+        form.addRow(self.cpu_moe_label, cpu_moe_row)
+        self._form = form
         form.addRow(self.context_label, context_row)
         form.addRow("Threads", threads_row)
         form.addRow("Batch size", self.batch)
@@ -107,11 +117,13 @@ class LoadSettingsForm(QWidget):
         self._trained = 0  # the model's trained context (0: unknown)
         # What the settings want, kept while the sliders' ranges cannot show it yet.
         self._wanted_layers = ALL_LAYERS
+        self._wanted_cpu_moe = 0  # expert layers kept on the CPU; ALL_LAYERS: every one
         self._wanted_context = DEFAULT_CONTEXT  # 0: the model's own
         self._ram: int = 0
         self._vram: Optional[int] = None
         self._machine_known = False  # set_machine has said whether there is a GPU
         self.gpu_layers.valueChanged.connect(self._gpu_layers_moved)
+        self.cpu_moe.valueChanged.connect(self._cpu_moe_moved)
         self.context.valueChanged.connect(self._context_moved)
         self.threads.valueChanged.connect(self._label_threads)
         self.threads.valueChanged.connect(self.update_verdict)
@@ -146,6 +158,7 @@ class LoadSettingsForm(QWidget):
         self._trained = int(header.arch_value("context_length", 0) or 0) if header is not None else 0
         self._show_context()
         self._show_gpu_layers()
+        self._show_cpu_moe()
         self.update_verdict()
 
     def set_settings(self, settings: LoadSettings) -> None:
@@ -153,7 +166,9 @@ class LoadSettingsForm(QWidget):
         (which may come later) will set."""
         self._wanted_layers = settings.gpu_layers
         self._wanted_context = settings.context_length or 0
+        self._wanted_cpu_moe = settings.cpu_moe_layers
         self._show_gpu_layers()
+        self._show_cpu_moe()
         self._show_context()
         with QSignalBlocker(self.threads):
             self.threads.setValue(settings.threads or (0 if self.defaults else max(1, _cpu_count() // 2)))
@@ -237,6 +252,41 @@ class LoadSettingsForm(QWidget):
             return ALL_LAYERS if self.defaults and self._wanted_layers == ALL_LAYERS else 0
         layers = self.gpu_layers.value()
         return ALL_LAYERS if layers == self.gpu_layers.maximum() else layers
+
+    # -- expert layers kept on the CPU (mixture-of-experts models) ------------------------
+
+    def _is_moe(self) -> bool:
+        return self._header is not None and self._header.expert_count > 0
+
+    def _show_cpu_moe(self) -> None:
+        """The experts slider: for a MoE model (0 … its blocks, the top is "all"), and in
+        defaults mode (0 … 128, for whichever MoE model comes); hidden for dense models."""
+        visible = self.defaults or self._is_moe()
+        self._form.setRowVisible(self.cpu_moe_label, visible)
+        top = DEFAULTS_MAX_LAYERS if self.defaults else self._layers
+        wanted = top if self._wanted_cpu_moe == ALL_LAYERS else min(max(self._wanted_cpu_moe, 0), top)
+        with QSignalBlocker(self.cpu_moe):
+            self.cpu_moe.setRange(0, top)
+            self.cpu_moe.setValue(wanted)
+        self.cpu_moe.setToolTip(
+            "Mixture-of-experts models: the layers (from the first) whose experts stay in RAM and "
+            "run on the CPU while the rest of each layer goes to the GPU. Experts are most of such "
+            "a model but each token reads only a few, so a big MoE model runs with a small GPU"
+            + (" (dense models ignore this)." if self.defaults else "."))
+        self._label_cpu_moe()
+
+    def _label_cpu_moe(self) -> None:
+        value, top = self.cpu_moe.value(), self.cpu_moe.maximum()
+        text = "none" if value == 0 else "all" if value == top else (
+            str(value) if self.defaults else f"{value} of {top}")
+        self.cpu_moe_value.setText(text)
+        self.cpu_moe.setAccessibleDescription(text)
+
+    def _cpu_moe_moved(self, value: int) -> None:
+        """A person moved the slider: that is the wanted number from now on."""
+        self._wanted_cpu_moe = ALL_LAYERS if value and value == self.cpu_moe.maximum() else value
+        self._label_cpu_moe()
+        self.update_verdict()
 
     # -- context ----------------------------------------------------------------------
 
@@ -330,6 +380,7 @@ class LoadSettingsForm(QWidget):
                        kv_cache_type_v=self.kv_v.currentText(),
                        flash_attention=self.flash.isChecked(), use_mmap=self.mmap.isChecked(),
                        use_mlock=self.mlock.isChecked(),
+                       cpu_moe_layers=self._wanted_cpu_moe,
                        draft_model=base.draft_model if self.defaults else (self.draft.text().strip() or None))
 
     def update_verdict(self) -> None:
@@ -348,12 +399,13 @@ class LoadSettingsForm(QWidget):
             prediction = predict_memory(self._header, FitSettings(
                 n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
                 n_gpu_layers=gpu, n_batch=s.batch_size, n_ubatch=s.micro_batch_size,
-                flash_attn=s.flash_attention))
+                flash_attn=s.flash_attention, cpu_moe_layers=s.cpu_moe_layers if self._is_moe() else 0))
         except Exception as exc:  # a header memory_fit cannot read: say so, keep going
             self.verdict.setText(f"Memory use cannot be predicted for this model ({exc}).")
             return
         verdict = judge_fit(prediction, self._ram, self._vram)
         vram = f", VRAM {human_size(prediction.vram)}" if prediction.vram else ""
+        params = f" {prediction.parameters_text} parameters." if self._is_moe() else ""
         self.verdict.setText(f'<b style="color:{fit_colour(verdict.verdict)}">{verdict.verdict.capitalize()}</b>: '
-                             f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.")
+                             f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.{params}")
         self.verdict.setProperty("verdict", verdict.verdict)

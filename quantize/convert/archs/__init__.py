@@ -4,7 +4,9 @@ An :class:`Architecture` says how a Hugging Face ``architectures[0]`` class beco
 llama.cpp model: the GGUF architecture name, how HF tensor names map to GGUF names, the
 per-tensor rewrites llama.cpp needs (Q/K permutation, Gemma's ``norm + 1``), the extra
 hyperparameter keys the family's loader in ``src/models/<arch>.cpp`` reads, generated
-tensors (Llama 3's ``rope_freqs``), and which tokenizer the family ships.
+tensors (Llama 3's ``rope_freqs``), which tokenizer the family ships, and for
+mixture-of-experts families where each expert's weights sit (:class:`ExpertLayout`), so
+that they are merged into llama.cpp's 3-D ``ffn_{gate,up,down}_exps`` tensors.
 
 To add a family: write ``quantize/convert/archs/<family>.py`` that calls :func:`register`
 with an :class:`Architecture`, and list the module in :data:`_MODULES`.
@@ -13,6 +15,7 @@ with an :class:`Architecture`, and list the module in :data:`_MODULES`.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -39,11 +42,52 @@ LAYER_TENSORS = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
     "mlp.gate_up_proj": "ffn_up",
+    # Mixture of experts: the router, and Qwen2-MoE's shared expert with its sigmoid gate.
+    "mlp.gate": "ffn_gate_inp",
+    "block_sparse_moe.gate": "ffn_gate_inp",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+    "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp",
+    "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 }
 GLOBAL_TENSORS = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 
 #: Tensors checkpoints carry that no family here uses (recomputed buffers).
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.masked_bias", ".attention.bias")
+
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """Where a MoE checkpoint keeps its experts: ``model.layers.N.<module>.E.<leaf>.weight``.
+
+    Attributes:
+        module: The experts' module inside a layer (``mlp.experts``,
+            ``block_sparse_moe.experts``).
+        projections: Each expert's HF leaf → the merged GGUF base name (Mixtral's ``w1``
+            → ``ffn_gate_exps``). llama.cpp stacks expert E's matrix as slice E of one
+            tensor of shape (n_expert, rows, cols).
+    """
+
+    module: str
+    projections: dict[str, str]
+
+    def __post_init__(self) -> None:
+        leaves = "|".join(re.escape(leaf) for leaf in self.projections)
+        object.__setattr__(self, "_pattern", re.compile(
+            rf"model\.layers\.(\d+)\.{re.escape(self.module)}\.(\d+)\.({leaves})\.weight"))
+
+    def slot(self, hf_name: str) -> Optional[tuple[str, int]]:
+        """``(merged GGUF name, expert index)`` of one expert's weight, else ``None``."""
+        m = self._pattern.fullmatch(hf_name)  # type: ignore[attr-defined]
+        if m is None:
+            return None
+        return f"blk.{int(m.group(1))}.{self.projections[m.group(3)]}.weight", int(m.group(2))
+
+
+#: The expert layout of Qwen2/Qwen3-MoE and OLMoE checkpoints.
+MLP_EXPERTS = ExpertLayout("mlp.experts", {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps",
+                                           "down_proj": "ffn_down_exps"})
 
 MetadataFn = Callable[[dict, str], list[MetadataEntry]]
 ExtraTensorsFn = Callable[[dict], list[tuple[str, np.ndarray]]]
@@ -70,6 +114,8 @@ class Architecture:
         check: Raises :class:`QuantDeskError` for variants llama.cpp would run wrongly.
         config_defaults: Values transformers assumes when config.json omits them (Gemma 3
             configs often leave out heads, head_dim...); config.json wins.
+        experts: Where a mixture-of-experts family keeps its experts; ``None`` for dense.
+        qk_norm_whole: Q/K norms span all heads at once (OLMoE) rather than one head.
     """
 
     gguf_arch: str
@@ -85,6 +131,8 @@ class Architecture:
     extra_tensors: Optional[ExtraTensorsFn] = None
     check: Optional[Callable[[dict], None]] = None
     config_defaults: dict = field(default_factory=dict)
+    experts: Optional[ExpertLayout] = None
+    qk_norm_whole: bool = False
 
     def complete_config(self, config: dict) -> dict:
         """``config`` with the family's defaults filled in, checked for faithfulness."""
@@ -112,7 +160,8 @@ class Architecture:
 
 
 ARCHITECTURES: dict[str, Architecture] = {}
-_MODULES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+_MODULES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mixtral", "qwen_moe",
+            "olmoe")
 
 
 def register(arch: Architecture) -> Architecture:

@@ -49,6 +49,16 @@ def head_dim(config: dict) -> int:
     return int(require(config, "hidden_size")) // int(require(config, "num_attention_heads"))
 
 
+#: config.json names of the expert count and of the experts each token uses.
+EXPERT_COUNT_NAMES = ("num_local_experts", "num_experts", "n_routed_experts")
+EXPERTS_USED_NAMES = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts")
+
+
+def expert_count(config: dict) -> int:
+    """Experts per MoE layer (0 for a dense model)."""
+    return int(find(config, EXPERT_COUNT_NAMES, 0))
+
+
 def rope_parameters(config: dict) -> dict:
     """RoPE settings of the full-attention layers, old (``rope_scaling``) or new format.
 
@@ -111,6 +121,8 @@ def text_model_entries(config: dict, arch: str) -> list[MetadataEntry]:
         ("attention.head_count", ("num_attention_heads",), u32),
         ("attention.head_count_kv", ("num_key_value_heads",), u32),
         ("attention.layer_norm_rms_epsilon", ("rms_norm_eps",), f32),
+        ("expert_count", EXPERT_COUNT_NAMES, u32),
+        ("expert_used_count", EXPERTS_USED_NAMES, u32),
     )
     for key, names, make in simple:
         value = find(config, names)

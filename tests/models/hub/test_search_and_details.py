@@ -124,3 +124,17 @@ def test_details_of_missing_and_private_repos_are_sentences(hub, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", GATED_TOKEN)
     assert model_details("acme/private-GGUF").variants[0].quant == "Q4_0"
     assert hub.state.requests[-1]["auth"] == GATED_TOKEN
+
+
+def test_details_of_a_mixture_of_experts_give_total_and_active_parameters(hub):
+    import json
+
+    from models.gguf_header import parameters_text
+
+    from tests.factory.checkpoints import QWEN3_30B_A3B_CONFIG as config
+    hub.state.add_repo(HubRepo("qwen/moe", {"config.json": HubFile(json.dumps(config).encode()),
+                                            "model.safetensors": HubFile(b"x" * 2000)},
+                               config={"architectures": ["Qwen3MoeForCausalLM"]}))
+    details = model_details("qwen/moe")
+    assert parameters_text(details.parameters, details.active_parameters) == "30.5B total, 3.3B active"
+    assert model_details("acme/tiny-hf").active_parameters is None  # a dense config: no count of its own

@@ -268,3 +268,20 @@ def test_network_down_is_a_sentence_and_the_library_still_works(qtbot, window, m
     monkeypatch.setenv("HF_ENDPOINT", hub.url)  # the connection is back
     page.show_hub()
     assert _search(qtbot, hub_panel, "tiny") == 1 and not page.banner.text()
+
+
+def test_a_mixture_of_experts_shows_total_and_active_parameters(qtbot, window, hub):
+    import json
+
+    from tests.models.hub_server import HubFile, HubRepo
+
+    from tests.factory.checkpoints import QWEN3_30B_A3B_CONFIG as config
+    hub.state.add_repo(HubRepo("qwen/moe-30b", {"config.json": HubFile(json.dumps(config).encode()),
+                                                "model.safetensors": HubFile(b"x" * 2000)},
+                               tags=["safetensors", "transformers"],
+                               config={"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"}))
+    page, hub_panel = _hub(qtbot, window)
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("safetensors"))
+    assert _search(qtbot, hub_panel, "moe-30b") == 1
+    _details(qtbot, hub_panel, "qwen/moe-30b")
+    assert "30.5B total, 3.3B active parameters" in hub_panel.details_title.text()
