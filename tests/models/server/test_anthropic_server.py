@@ -16,6 +16,7 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
            "required": ["city", "unit"]}
 TOOLS = [{"name": "get_weather", "description": "Weather for a city.", "input_schema": WEATHER}]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+GREEDY = {"temperature": 0}  # sent as a body field: this client version has no argument
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def claude(server):
 
 
 def test_a_message_and_its_stream_say_the_same(claude):
-    request = dict(model=MODEL_ID, max_tokens=12, temperature=0, system="Be brief.",
+    request = dict(model=MODEL_ID, max_tokens=12, extra_body=GREEDY, system="Be brief.",
                    messages=[{"role": "user", "content": [{"type": "text",
                                                            "text": "Name a colour."}]}])
     reply = claude.messages.create(**request)
@@ -43,7 +44,7 @@ def test_a_message_and_its_stream_say_the_same(claude):
 
 
 def test_forced_tool_use_is_valid_streamed_and_not(claude):
-    request = dict(model=MODEL_ID, max_tokens=80, temperature=0, messages=ASK, tools=TOOLS,
+    request = dict(model=MODEL_ID, max_tokens=80, extra_body=GREEDY, messages=ASK, tools=TOOLS,
                    tool_choice={"type": "tool", "name": "get_weather",
                                 "disable_parallel_tool_use": True})
     reply = claude.messages.create(**request)
@@ -58,7 +59,7 @@ def test_forced_tool_use_is_valid_streamed_and_not(claude):
                      {"role": "user", "content": [{"type": "tool_result",
                                                    "tool_use_id": block.id,
                                                    "content": "21 degrees, sunny"}]}]
-    answer = claude.messages.create(model=MODEL_ID, max_tokens=20, temperature=0,
+    answer = claude.messages.create(model=MODEL_ID, max_tokens=20, extra_body=GREEDY,
                                     messages=history, tools=TOOLS,
                                     tool_choice={"type": "none"})
     assert answer.content[0].type == "text" and answer.content[0].text
