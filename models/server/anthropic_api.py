@@ -262,16 +262,7 @@ def routes(core: ServerCore) -> list[Route]:
                                messages=engine_messages, log_fields=log_fields)
         if body.boolean("stream", False):
             return GenerationStream(gen, _stream(gen, plan))
-        try:
-            await gen.collect(request)
-            content, stop = _blocks(gen, plan)
-        except ApiError as exc:
-            gen.finish(exc.status, exc.message)
-            raise
-        except BaseException:
-            gen.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
-            raise
-        gen.finish(200)
+        content, stop = await gen.complete(request, lambda done: _blocks(done, plan))
         return JSONResponse(_message(gen, content, stop))
 
     async def count_tokens(request: Request, log_fields: dict):

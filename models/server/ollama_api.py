@@ -27,7 +27,7 @@ from models.engine.options import MAX_STOP_STRINGS
 from models.server.catalog import served_models
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
+from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import Tool, ToolChoice, ToolPlan, tool_request
 
@@ -72,15 +72,6 @@ def _options(body: Fields) -> dict:
         raise ApiError(400, "The field `format` must be \"json\" or a JSON Schema object.",
                        param="format", code="invalid_value")
     return values
-
-
-def _maker(values: dict):
-    def make(context_per_slot: int) -> Any:
-        fields = dict(values)
-        if fields.get("max_tokens") is None:
-            fields["max_tokens"] = max(context_per_slot, 1)
-        return build_options(**fields)
-    return make
 
 
 def _messages(value: Any) -> list[dict]:
@@ -223,20 +214,11 @@ def routes(core: ServerCore) -> list[Route]:
                 messages = ([{"role": "system", "content": system}] if system else []) + \
                     [{"role": "user", "content": text}]
                 prompt = None
-        gen = await core.start(request, model_id, _maker(values), messages=messages,
+        gen = await core.start(request, model_id, options_for_slot(values), messages=messages,
                                prompt=prompt, log_fields=log_fields)
         if body.boolean("stream", True):
             return _NdjsonStream(gen, _ndjson(gen, chat, plan, started))
-        try:
-            await gen.collect(request)
-            calls = _calls_of(gen, plan)
-        except ApiError as exc:
-            gen.finish(exc.status, exc.message)
-            raise
-        except BaseException:
-            gen.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
-            raise
-        gen.finish(200)
+        calls = await gen.complete(request, lambda done: _calls_of(done, plan))
         out: dict = dict(model=gen.model.id, created_at=_now(), **_final(gen, started))
         if chat:
             out["message"] = {"role": "assistant", "content": "" if calls else gen.text}

@@ -23,7 +23,7 @@ from models.engine.options import MAX_STOP_STRINGS
 from models.server.catalog import served_models
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, build_options, structured_fields
+from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
 
@@ -229,16 +229,6 @@ def _tool_choice(body: Fields, tools: list[Tool]) -> ToolChoice:
     return ToolChoice(mode, parallel=parallel)
 
 
-def _options_maker(values: dict) -> Callable[[int], Any]:
-    """Engine options once the slot's context is known (the default ``max_tokens``)."""
-    def make(context_per_slot: int) -> Any:
-        fields = dict(values)
-        if fields.get("max_tokens") is None:
-            fields["max_tokens"] = max(context_per_slot, 1)
-        return build_options(**fields)
-    return make
-
-
 def _stream_flags(body: Fields) -> tuple[bool, bool]:
     stream = body.boolean("stream", False)
     stream_options = body.obj("stream_options")
@@ -385,20 +375,7 @@ async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _D
                            prompt=prompt, log_fields=log_fields)
     if stream:
         return GenerationStream(gen, _stream_events(gen, dialect, include_usage))
-    try:
-        await gen.collect(request)
-    except ApiError as exc:
-        gen.finish(exc.status, exc.message)
-        raise
-    except BaseException:
-        gen.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
-        raise
-    try:
-        reply = dialect.full(gen)
-    except ApiError as exc:
-        gen.finish(exc.status, exc.message)
-        raise
-    gen.finish(200)
+    reply = await gen.complete(request, dialect.full)
     return JSONResponse(reply)
 
 
@@ -444,7 +421,7 @@ def routes(core: ServerCore) -> list[Route]:
         if plan is not None:
             values["logprobs"] = None  # calls are grammar-made: no per-token alternatives
         return await _respond(core, request, body, _Dialect(True, values["logprobs"], plan),
-                              _options_maker(values), messages=messages,
+                              options_for_slot(values), messages=messages,
                               log_fields=log_fields)
 
     async def completions(request: Request, log_fields: dict):
@@ -462,7 +439,7 @@ def routes(core: ServerCore) -> list[Route]:
         values = dict(_sampling(body, chat=False), **_output_format(body))
         values["logprobs"] = logprobs
         return await _respond(core, request, body, _Dialect(False, logprobs),
-                              _options_maker(values), prompt=prompt, log_fields=log_fields)
+                              options_for_slot(values), prompt=prompt, log_fields=log_fields)
 
     return [
         Route("/v1/models", core.endpoint(list_models), methods=["GET"]),
