@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, AsyncIterator, Optional
 
 from starlette.requests import Request
@@ -258,8 +258,10 @@ def routes(core: ServerCore) -> list[Route]:
         for model in served_models(core.library):
             entry = core.pool.peek(model.path)
             if entry is not None:
-                loaded.append(dict(describe(model), expires_at="", size_vram=0,
-                                   context_length=entry.context_per_slot))
+                expires = datetime.now(timezone.utc) + timedelta(
+                    seconds=core.pool.idle_unload_seconds or 365 * 86400)
+                loaded.append(dict(describe(model), expires_at=expires.isoformat(),
+                                   size_vram=0, context_length=entry.context_per_slot))
         return JSONResponse({"models": loaded})
 
     async def version(request: Request, log_fields: dict):

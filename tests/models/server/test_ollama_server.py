@@ -68,7 +68,8 @@ def test_generate_and_format_schema(client):
 def test_tags_show_ps_version(client, ollama_server):
     assert [m.model for m in client.list().models] == [MODEL_ID]
     assert client.show(MODEL_ID).details.format == "gguf"
-    assert [m.model for m in client.ps().models] == [MODEL_ID]  # loaded by the chats above
+    client.generate(model=MODEL_ID, prompt="Hi", options={"num_predict": 1})
+    assert [m.model for m in client.ps().models] == [MODEL_ID]
     version = httpx.get(f"http://127.0.0.1:{ollama_server.ollama_port}/api/version").json()
     assert version["version"]
     main = httpx.get(f"{ollama_server.address}/api/tags")
