@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
                           cors_origins=tuple(args.cors_origin or ()),
                           allowed_hosts=tuple(args.allow_host or ()),
                           queue_limit=args.queue_limit, log_requests=False,
-                          prompt_cache_ram_mb=args.prompt_cache_mb)
+                          prompt_cache_ram_mb=args.prompt_cache_mb,
+                          ollama_port=args.ollama_port)
     library = Library()
     preload = []
     for name in args.models:
@@ -100,6 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="address to listen on (default 127.0.0.1, this computer only; "
                              "any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    parser.add_argument("--ollama-port", type=int, default=None,
+                        help="also answer Ollama's API (/api/chat, /api/generate, /api/tags…) "
+                             "on this port, e.g. 11434 (off by default)")
     parser.add_argument("--api-key", default=None,
                         help="key clients must send (Authorization: Bearer KEY); "
                              f"{API_KEY_ENV} in the environment does the same without showing "

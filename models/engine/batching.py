@@ -34,7 +34,6 @@ pipe and the client's wakeups then cost a few per cent less decode speed on a sm
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from collections import deque
@@ -46,7 +45,7 @@ import numpy as np
 
 from app.core.errors import QuantDeskError
 from models.engine.cancel_flag import lane_cancelled, take_abort
-from models.engine.options import ChatOptions, ChatStats, output_constraint
+from models.engine.options import ChatOptions, ChatStats
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
@@ -253,7 +252,7 @@ class BatchScheduler:
         model = self.model
         prompt = request.get("prompt")
         text = prompt if prompt is not None else model.render(request["messages"],
-                                                               options.thinking)
+                                                               options.thinking, options.tools)
         tokens = model.tokenize_prompt(text)
         if not tokens:
             raise QuantDeskError("The prompt is empty.", "Send some text to complete.")

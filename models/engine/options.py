@@ -65,6 +65,10 @@ class ChatOptions:
         thinking: A reasoning model thinks before answering (``True``) or answers at once
             (``False``), through its template's switch (``enable_thinking``); ``None`` is
             the template's default. Templates without a switch ignore it.
+        tools: Function definitions (OpenAI's ``{"type": "function", "function": {...}}``)
+            passed to a chat template that reads ``tools``, so the model sees them the way
+            it was trained to; ``None`` for none. The API server decides the call format
+            and the grammar (``models/server/tool_calls.py``).
     """
 
     temperature: float = 0.7
@@ -89,6 +93,7 @@ class ChatOptions:
     frequency_penalty: float = 0.0
     logprobs: Optional[int] = None
     thinking: Optional[bool] = None
+    tools: Optional[list] = None
 
     def to_dict(self) -> dict:
         """Plain values for the pipe to the engine."""

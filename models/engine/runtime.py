@@ -216,12 +216,15 @@ class LoadedModel:
             self.draft.llm.eval(tokens)
             self.draft.llm.n_tokens = 0
 
-    def render(self, messages: list[dict], thinking: Optional[bool] = None) -> str:
+    def render(self, messages: list[dict], thinking: Optional[bool] = None,
+               tools: Optional[list] = None) -> str:
         """The prompt text for ``messages``, ending with the assistant's turn opening;
-        ``thinking`` turns a reasoning model's thinking on or off (``None``: its default)."""
+        ``thinking`` turns a reasoning model's thinking on or off (``None``: its default);
+        ``tools`` reach a template that reads them."""
+        extra = {"tools": tools} if tools else {}
         return render_chat(self.template, messages, bos_token=self.bos_text,
                            eos_token=self.eos_text, add_generation_prompt=True,
-                           thinking=thinking)
+                           thinking=thinking, **extra)
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Tokens of a rendered prompt; BOS added only if the vocabulary wants it and the
@@ -318,7 +321,8 @@ class LoadedModel:
         started = time.perf_counter()
         constraint = output_constraint(options)  # a bad schema fails before any work
         tokens = self.tokenize_prompt(prompt if prompt is not None
-                                      else self.render(messages, options.thinking))
+                                      else self.render(messages, options.thinking,
+                                                                  options.tools))
         stats.prompt_tokens = len(tokens)
         if len(tokens) >= self.n_ctx:
             raise QuantDeskError(

@@ -27,7 +27,7 @@ import hmac
 import ipaddress
 import logging
 import socket
-from typing import Any
+from typing import Any, Optional
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.server import openai_api
+from models.server import anthropic_api, ollama_api, openai_api
 from models.server.config import LOOPBACK_NAMES
 from models.server.core import ServerCore, error_response, run_blocking
 from models.server.errors import ApiError, internal_error
@@ -125,7 +125,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = (f"There is no endpoint {request.url.path}. This server offers GET /health, "
-                   "GET /v1/models, POST /v1/chat/completions and POST /v1/completions.")
+                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions and "
+                   "POST /v1/messages.")
     elif exc.status_code == 405:
         message = f"{request.url.path} does not accept {request.method} requests."
     else:
@@ -139,8 +140,26 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(internal_error())
 
 
-def build_app(core: ServerCore) -> Starlette:
-    """The server's ASGI application for ``core``."""
+class PortDispatch:
+    """ASGI: requests that arrive on the Ollama port go to the Ollama application, the
+    rest (and the lifespan) to the main one."""
+
+    def __init__(self, main: Any, ollama: Any, ollama_port: int) -> None:
+        self.main = main
+        self.ollama = ollama
+        self.ollama_port = ollama_port
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        server = scope.get("server") or ("", None)
+        if scope["type"] == "http" and server[1] == self.ollama_port:
+            await self.ollama(scope, receive, send)
+        else:
+            await self.main(scope, receive, send)
+
+
+def build_app(core: ServerCore, ollama_port: Optional[int] = None) -> Any:
+    """The server's ASGI application for ``core``; with ``ollama_port``, requests on that
+    port are answered by Ollama's API (:mod:`.ollama_api`) instead."""
 
     async def health(request: Request, log_fields: dict) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -170,7 +189,12 @@ def build_app(core: ServerCore) -> Starlette:
                                      allow_headers=["Authorization", "Content-Type",
                                                     "x-api-key"]))
     middleware.append(Middleware(Guard, core=core))
-    return Starlette(routes=[Route("/health", core.endpoint(health), methods=["GET"]),
-                             *openai_api.routes(core)],
-                     middleware=middleware, lifespan=lifespan,
-                     exception_handlers={HTTPException: _http_error, Exception: _unexpected})
+    handlers = {HTTPException: _http_error, Exception: _unexpected}
+    main = Starlette(routes=[Route("/health", core.endpoint(health), methods=["GET"]),
+                             *openai_api.routes(core), *anthropic_api.routes(core)],
+                     middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
+    if ollama_port is None:
+        return main
+    ollama = Starlette(routes=ollama_api.routes(core), middleware=middleware,
+                       exception_handlers=handlers)
+    return PortDispatch(main, ollama, ollama_port)

@@ -38,6 +38,8 @@ class ServerConfig:
         max_body_bytes: The largest request body accepted (413 past it).
         prompt_cache_ram_mb: RAM for the engine's prompt cache (``None``: the engine's default).
         log_requests: Write one log line per request (``quantdesk serve`` prints it too).
+        ollama_port: Also answer Ollama's API on this port (same host; 0 picks a free
+            one); ``None``, the default, leaves it off.
     """
 
     host: str = DEFAULT_HOST
@@ -51,6 +53,7 @@ class ServerConfig:
     max_body_bytes: int = 8 << 20
     prompt_cache_ram_mb: Optional[int] = None
     log_requests: bool = True
+    ollama_port: Optional[int] = None
 
 
 def is_loopback(host: str) -> bool:

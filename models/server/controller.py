@@ -74,6 +74,7 @@ class ServerController:
         self._thread: Optional[threading.Thread] = None
         self._core: Any = None
         self._port = config.port
+        self.ollama_port: Optional[int] = None  # where Ollama's API listens, when on
         self._stop_lock = threading.Lock()
 
     # -- the request log --------------------------------------------------------------
@@ -130,12 +131,22 @@ class ServerController:
         check_exposure(self.config)
         sock = _bind(self.config.host, self.config.port)
         self._port = sock.getsockname()[1]
+        sockets = [sock]
+        self.ollama_port = None
+        if self.config.ollama_port is not None:
+            try:
+                sockets.append(_bind(self.config.host, self.config.ollama_port))
+            except QuantDeskError:
+                sock.close()
+                raise
+            self.ollama_port = sockets[1].getsockname()[1]
         if self.library is None:
             from models.library import Library
 
             self.library = Library()
         self._core = ServerCore(self.config, self.engines, self.library, on_log=self._notify)
-        uv_config = uvicorn.Config(build_app(self._core), log_config=None, access_log=False,
+        uv_config = uvicorn.Config(build_app(self._core, self.ollama_port), log_config=None,
+                                   access_log=False,
                                    lifespan="on", timeout_graceful_shutdown=5,
                                    h11_max_incomplete_event_size=64 * 1024)
         server = uvicorn.Server(uv_config)
@@ -143,12 +154,13 @@ class ServerController:
 
         def serve() -> None:
             try:
-                server.run(sockets=[sock])
+                server.run(sockets=sockets)
             except BaseException as exc:  # uvicorn exits with SystemExit on startup errors
                 failure.append(exc)
                 log.exception("server: uvicorn stopped")
             finally:
-                sock.close()
+                for each in sockets:
+                    each.close()
 
         self._server = server
         self._thread = threading.Thread(target=serve, name="quantdesk-server", daemon=True)

@@ -313,6 +313,22 @@ class Generation:
         consumer.cancel()
         raise ApiError(STATUS_CLIENT_CLOSED, "The client closed the connection.")
 
+    async def complete(self, request: Request, build: Callable[["Generation"], Any]) -> Any:
+        """Wait for the whole reply and make the response body with ``build``; the
+        generation is finished whatever happens (an ApiError from ``build`` — a malformed
+        tool call, say — is the request's answer)."""
+        try:
+            await self.collect(request)
+            body = build(self)
+        except ApiError as exc:
+            self.finish(exc.status, exc.message)
+            raise
+        except BaseException:
+            self.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
+            raise
+        self.finish(200)
+        return body
+
     def validation_problem(self) -> Optional[ApiError]:
         """A structured reply that ended normally yet failed its schema, as an error."""
         stats = self.stats

@@ -19,13 +19,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.engine.options import MAX_STOP_STRINGS, ChatOptions
+from models.engine.options import MAX_STOP_STRINGS
 from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, structured_fields
+from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
 from models.server.request_log import STATUS_CLIENT_CLOSED
+from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
@@ -60,8 +61,38 @@ def _message_text(content: Any, index: int) -> str:
                         "parts.", param=f"messages[{index}].content", code="invalid_value")
 
 
+def _call_history(calls: Any, index: int) -> list[tuple[str, str, Any]]:
+    """An assistant message's ``tool_calls`` as ``(id, name, arguments)``."""
+    where = f"messages[{index}].tool_calls"
+    if not isinstance(calls, list):
+        raise ApiError(400, f"Message {index + 1}'s tool_calls must be a list.", param=where,
+                       code="invalid_value")
+    out = []
+    for number, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, f"Tool call {number + 1} of message {index + 1} needs "
+                                "`function.name`.", param=f"{where}[{number}]",
+                           code="invalid_value")
+        arguments = function.get("arguments") or "{}"
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                raise ApiError(400, f"The arguments of tool call {number + 1} of message "
+                                    f"{index + 1} are not JSON.",
+                               param=f"{where}[{number}].function.arguments",
+                               code="invalid_value") from None
+        out.append((str(call.get("id") or f"call_{index}_{number}"), name, arguments))
+    return out
+
+
 def chat_messages(value: Any) -> list[dict]:
-    """OpenAI messages as the engine's ``{"role", "content"}`` list."""
+    """OpenAI messages as the engine's ``{"role", "content"}`` list; an assistant
+    message's ``tool_calls`` become ``(id, name, arguments)`` and a tool message keeps
+    its ``tool_call_id`` (:func:`models.server.tool_calls.prompt_messages` writes them
+    for the model's template)."""
     if not isinstance(value, list) or not value:
         raise ApiError(400, "The field `messages` must be a non-empty list of messages.",
                        param="messages", code="invalid_value")
@@ -75,11 +106,12 @@ def chat_messages(value: Any) -> list[dict]:
             raise ApiError(400, f"Message {index + 1} has the role {role!r}; use one of "
                                 f"{', '.join(ROLES)}.", param=f"messages[{index}].role",
                            code="invalid_value")
-        if message.get("tool_calls"):
-            raise ApiError(400, "Tool calls are not supported by this server yet.",
-                           param=f"messages[{index}].tool_calls", code="unsupported_parameter")
-        messages.append({"role": ROLES[role],
-                         "content": _message_text(message.get("content"), index)})
+        clean = {"role": ROLES[role], "content": _message_text(message.get("content"), index)}
+        if role == "assistant" and message.get("tool_calls"):
+            clean["tool_calls"] = _call_history(message["tool_calls"], index)
+        if role == "tool":
+            clean["tool_call_id"] = str(message.get("tool_call_id") or "")
+        messages.append(clean)
     return messages
 
 
@@ -135,14 +167,67 @@ def _output_format(body: Fields) -> dict:
                         "json_schema.", param="response_format.type", code="invalid_value")
 
 
-def _options_maker(values: dict) -> Callable[[int], Any]:
-    """Engine options once the slot's context is known (the default ``max_tokens``)."""
-    def make(context_per_slot: int) -> Any:
-        fields = dict(values)
-        if fields.get("max_tokens") is None:
-            fields["max_tokens"] = max(context_per_slot, 1)
-        return ChatOptions(**fields)
-    return make
+def _tools(body: Fields) -> list[Tool]:
+    """``tools``: functions with a name, a description and a JSON Schema for parameters."""
+    value = body.get("tools")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ApiError(400, "The field `tools` must be a list of functions.", param="tools",
+                       code="invalid_value")
+    tools = []
+    for index, item in enumerate(value):
+        where = f"tools[{index}]"
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or item.get("type", "function") != "function" \
+                or not isinstance(function, dict):
+            raise ApiError(400, f"Tool {index + 1} must be {{\"type\": \"function\", "
+                                "\"function\": {...}}; this server offers function tools "
+                                "only.", param=where, code="invalid_value")
+        name = function.get("name")
+        if not isinstance(name, str) or not name or len(name) > 64:
+            raise ApiError(400, f"Tool {index + 1} needs a `function.name` of 1 to 64 "
+                                "characters.", param=f"{where}.function.name",
+                           code="invalid_value")
+        if any(tool.name == name for tool in tools):
+            raise ApiError(400, f"Two tools are called {name!r}; names must differ.",
+                           param=f"{where}.function.name", code="invalid_value")
+        parameters = function.get("parameters")
+        if parameters is None:
+            parameters = {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise ApiError(400, f"The parameters of tool {name!r} must be a JSON Schema "
+                                "object.", param=f"{where}.function.parameters",
+                           code="invalid_schema")
+        description = function.get("description") or ""
+        tools.append(Tool(name, str(description), parameters))
+    return tools
+
+
+def _tool_choice(body: Fields, tools: list[Tool]) -> ToolChoice:
+    """``tool_choice`` (``auto``, ``none``, ``required`` or a named function) and
+    ``parallel_tool_calls``."""
+    parallel = body.boolean("parallel_tool_calls", True)
+    value = body.get("tool_choice")
+    if value is None:
+        return ToolChoice("auto" if tools else "none", parallel=parallel)
+    if value in ("auto", "none", "required"):
+        mode = value
+    elif isinstance(value, dict) and isinstance(value.get("function"), dict) \
+            and isinstance(value["function"].get("name"), str):
+        name = value["function"]["name"]
+        if not any(tool.name == name for tool in tools):
+            raise ApiError(400, f"tool_choice names the function {name!r}, which `tools` "
+                                "does not offer.", param="tool_choice", code="invalid_value")
+        return ToolChoice("named", name, parallel)
+    else:
+        raise ApiError(400, "The field `tool_choice` must be \"auto\", \"none\", "
+                            "\"required\" or {\"type\": \"function\", \"function\": "
+                            "{\"name\": ...}}.", param="tool_choice", code="invalid_value")
+    if mode != "none" and not tools:
+        raise ApiError(400, f"tool_choice is {mode!r} but the request offers no `tools`.",
+                       param="tool_choice", code="invalid_value")
+    return ToolChoice(mode, parallel=parallel)
 
 
 def _stream_flags(body: Fields) -> tuple[bool, bool]:
@@ -175,8 +260,10 @@ def _completion_logprobs(entries: list, offset: int) -> dict:
 class _Dialect:
     """What differs between chat and completions responses."""
 
-    def __init__(self, chat: bool, logprobs: Optional[int]) -> None:
+    def __init__(self, chat: bool, logprobs: Optional[int],
+                 tools: Optional[ToolPlan] = None) -> None:
         self.chat = chat
+        self.tools = tools
         self.logprobs = logprobs
         self.prefix = "chatcmpl-" if chat else "cmpl-"
         self.object = "chat.completion" if chat else "text_completion"
@@ -189,7 +276,16 @@ class _Dialect:
 
     def full(self, gen: Generation) -> dict:
         logprobs = self.logprobs_of(gen.logprobs, 0)
-        if self.chat:
+        calls = self.tools.calls(gen) if self.tools is not None else None
+        if calls:
+            message = {"role": "assistant", "content": None, "refusal": None,
+                       "tool_calls": [{"id": c.id, "type": "function",
+                                       "function": {"name": c.name,
+                                                    "arguments": c.arguments_text}}
+                                      for c in calls]}
+            finish = "length" if gen.finish_reason == "length" else "tool_calls"
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        elif self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": gen.text,
                                               "refusal": None},
                       "logprobs": logprobs, "finish_reason": gen.finish_reason}
@@ -205,6 +301,18 @@ class _Dialect:
         if include_usage:
             chunk["usage"] = None
         return _dumps(chunk)
+
+    def call_choice(self, event: tuple) -> dict:
+        """A stream chunk's choice for a :class:`CallStream` event."""
+        if event[0] == "text":
+            return self.choice(event[1], None, None)
+        if event[0] == "call":
+            call = {"index": event[1], "id": event[2], "type": "function",
+                    "function": {"name": event[3], "arguments": ""}}
+        else:
+            call = {"index": event[1], "function": {"arguments": event[2]}}
+        return {"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
+                "finish_reason": None}
 
     def choice(self, text: Optional[str], logprobs: Optional[dict], finish: Optional[str],
                role: bool = False) -> dict:
@@ -226,19 +334,30 @@ async def _stream_events(gen: Generation, dialect: _Dialect,
         if dialect.chat:
             yield dialect.chunk(gen, [dialect.choice("", None, None, role=True)], include_usage)
         offset = 0
+        calls = CallStream(dialect.tools.fmt) if dialect.tools is not None else None
+        finish = None
         try:
             async for event in gen.events():
-                if event.kind == "delta":
+                if event.kind == "delta" and calls is not None:
+                    for call_event in calls.feed(event.text):
+                        yield dialect.chunk(gen, [dialect.call_choice(call_event)],
+                                            include_usage)
+                elif event.kind == "delta":
                     logprobs = dialect.logprobs_of(list(event.logprobs), offset)
                     offset += len(event.text)
                     yield dialect.chunk(gen, [dialect.choice(event.text, logprobs, None)],
                                         include_usage)
+            if calls is not None:
+                for call_event in calls.finish():
+                    yield dialect.chunk(gen, [dialect.call_choice(call_event)], include_usage)
+                if calls.ids and dialect.tools.calls(gen) and gen.finish_reason != "length":
+                    finish = "tool_calls"
         except ApiError as exc:
             status, error = exc.status, exc.message
             yield _dumps(exc.body())
             return
         yield dialect.chunk(gen, [dialect.choice(None if dialect.chat else "", None,
-                                                 gen.finish_reason)], include_usage)
+                                                 finish or gen.finish_reason)], include_usage)
         if include_usage:
             yield _dumps({"id": dialect.prefix + gen.id, "object": dialect.chunk_object,
                           "created": gen.created, "model": gen.model.id, "choices": [],
@@ -257,16 +376,8 @@ async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _D
                            prompt=prompt, log_fields=log_fields)
     if stream:
         return GenerationStream(gen, _stream_events(gen, dialect, include_usage))
-    try:
-        await gen.collect(request)
-    except ApiError as exc:
-        gen.finish(exc.status, exc.message)
-        raise
-    except BaseException:
-        gen.finish(STATUS_CLIENT_CLOSED, "The request was abandoned.")
-        raise
-    gen.finish(200)
-    return JSONResponse(dialect.full(gen))
+    reply = await gen.complete(request, dialect.full)
+    return JSONResponse(reply)
 
 
 # -- endpoints ------------------------------------------------------------------------
@@ -299,9 +410,6 @@ def routes(core: ServerCore) -> list[Route]:
     async def chat_completions(request: Request, log_fields: dict):
         body = Fields(await read_json_body(request, core.config.max_body_bytes))
         messages = chat_messages(body.get("messages"))
-        body.refuse("tools", "tool calling is not offered by this server yet.")
-        body.refuse("tool_choice", "tool calling is not offered by this server yet.",
-                    unless="none")
         body.refuse("audio", "this server makes text only.")
         logprobs = body.boolean("logprobs", False)
         top = body.integer("top_logprobs", None, 0, MAX_TOP_LOGPROBS)
@@ -310,8 +418,13 @@ def routes(core: ServerCore) -> list[Route]:
                            param="top_logprobs", code="invalid_value")
         values = dict(_sampling(body, chat=True), **_output_format(body))
         values["logprobs"] = (top or 0) if logprobs else None
-        return await _respond(core, request, body, _Dialect(True, values["logprobs"]),
-                              _options_maker(values), messages=messages,
+        tools = _tools(body)
+        messages, plan = tool_request(core, body.get("model"), messages, tools,
+                                      _tool_choice(body, tools), values)
+        if plan is not None:
+            values["logprobs"] = None  # calls are grammar-made: no per-token alternatives
+        return await _respond(core, request, body, _Dialect(True, values["logprobs"], plan),
+                              options_for_slot(values), messages=messages,
                               log_fields=log_fields)
 
     async def completions(request: Request, log_fields: dict):
@@ -329,7 +442,7 @@ def routes(core: ServerCore) -> list[Route]:
         values = dict(_sampling(body, chat=False), **_output_format(body))
         values["logprobs"] = logprobs
         return await _respond(core, request, body, _Dialect(False, logprobs),
-                              _options_maker(values), prompt=prompt, log_fields=log_fields)
+                              options_for_slot(values), prompt=prompt, log_fields=log_fields)
 
     return [
         Route("/v1/models", core.endpoint(list_models), methods=["GET"]),

@@ -114,6 +114,24 @@ class Fields:
             raise self._bad(name, f"is not supported: {why}")
 
 
+def build_options(**values: Any) -> Any:
+    """The engine's ChatOptions from these fields."""
+    from models.engine.options import ChatOptions
+
+    return ChatOptions(**values)
+
+
+def options_for_slot(values: dict) -> Any:
+    """Engine options made once the slot's context is known: a missing ``max_tokens``
+    becomes the rest of the slot's context (what :meth:`ServerCore.start` calls)."""
+    def make(context_per_slot: int) -> Any:
+        fields = dict(values)
+        if fields.get("max_tokens") is None:
+            fields["max_tokens"] = max(context_per_slot, 1)
+        return build_options(**fields)
+    return make
+
+
 def structured_fields(kind: str, schema: Any = None) -> dict:
     """The ChatOptions fields for an output format: ``"text"``, ``"json"`` (any JSON
     object or value) or ``"json_schema"`` (``schema``, enforced by the grammar; what it
