@@ -193,6 +193,8 @@ class _EngineProcess:
         self.exitcode: Optional[int] = None
         self._routes = threading.Lock()
         self._send = threading.Lock()
+        self._stopping = threading.Lock()
+        self.stopped = False
         self.reader = threading.Thread(target=self._read, name="quantdesk-engine-reader",
                                        daemon=True)
         self.reader.start()
@@ -249,16 +251,22 @@ class _EngineProcess:
             self.abandoned.clear()
 
     def stop(self, kill: bool = False) -> Optional[int]:
-        """End the process (killed when ``kill``); returns its exit code."""
-        if kill and self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
+        """End the process (killed when ``kill``); returns its exit code. Several threads
+        may call it when the process dies under their replies: the first stops it, the
+        others wait for that and get the same exit code."""
+        with self._stopping:
+            if self.stopped:
+                return self.exitcode
+            if kill and self.process.is_alive():
+                self.process.kill()
             self.process.join(timeout=5)
-        self.conn.close()
-        self.exitcode = self.process.exitcode
-        return self.exitcode
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(timeout=5)
+            self.conn.close()
+            self.exitcode = self.process.exitcode
+            self.stopped = True
+            return self.exitcode
 
 
 class EngineClient:
@@ -268,7 +276,8 @@ class EngineClient:
         start_timeout: Seconds to wait for a new engine process to answer a load.
         session_cap_bytes: Disk budget of the saved conversation states (``sessions``);
             the least recently used are deleted past it.
-        prompt_cache_bytes: RAM budget of the engine's prompt cache (``prompt_cache``).
+        prompt_cache_bytes: RAM budget of the engine's prompt cache (``prompt_cache``);
+            0 turns it off.
     """
 
     def __init__(self, start_timeout: float = 300.0,
@@ -312,7 +321,7 @@ class EngineClient:
         with self._lanes_lock:
             current = self._engine
             if engine is not None and current is not engine:
-                return engine.exitcode if engine.exitcode is not None else engine.stop()
+                return engine.stop()  # another thread forgot it already: its exit code
             self._engine = None
         if current is None:
             return None

@@ -112,8 +112,9 @@ class PromptCache:
         return data
 
     def add(self, tokens: list[int], payload: bytes) -> None:
-        """Keep ``payload`` (the state of ``tokens``), dropping entries it makes useless."""
-        if len(tokens) < MIN_TOKENS:
+        """Keep ``payload`` (the state of ``tokens``), dropping entries it makes useless.
+        A RAM budget of 0 turns the cache off."""
+        if len(tokens) < MIN_TOKENS or self.ram_bytes <= 0:
             return
         key = self._key(tokens)
         for other in list(self._entries.values()):

@@ -28,14 +28,16 @@ EDIT = [{"role": "user", "content": "Fix the typos in this paragraph and return 
 FOLLOW_UP = {"role": "user", "content": "Now return the same paragraph again, unchanged."}
 GREEDY = ChatOptions(temperature=0.0, max_tokens=64)
 LOOKUP = ChatOptions(temperature=0.0, max_tokens=64, speculative="prompt_lookup")
-# A chat that shares only the template's system prefix with the others: it evicts them.
+# A chat that shares only the template's system prefix with the others: it evicts them
+# (the engine's prompt cache is off in this module, so nothing brings them back).
 EVICT = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
 def smollm2_engine(smollm2_gguf):
-    """SmolLM2 in an engine with flash attention (batch-independent rounding)."""
-    client = EngineClient()
+    """SmolLM2 in an engine with flash attention (batch-independent rounding) and no prompt
+    cache (the tests compare against replies computed from scratch)."""
+    client = EngineClient(prompt_cache_bytes=0)
     client.load(smollm2_gguf, LoadSettings(**FAST_SETTINGS, flash_attention=True))
     yield client
     client.shutdown()
