@@ -330,8 +330,10 @@ class BatchScheduler:
 
     def _stash(self, slot: Slot, keep: int) -> None:
         """Before ``slot`` keeps only ``keep`` tokens: copy its content to the prompt cache
-        when that loses enough to be worth keeping."""
-        if len(slot.tokens) - keep >= MIN_TOKENS:
+        when that loses enough to be worth keeping. A conversation's content is not copied:
+        its state is saved as the conversation's session after each reply already."""
+        saved_elsewhere = slot.conversation_id is not None and self.store is not None
+        if len(slot.tokens) - keep >= MIN_TOKENS and not saved_elsewhere:
             self.cache.add(list(slot.tokens), bytes(capture_state(self.ctx, slot.seq_id)))
         if keep == 0 and slot.tokens:
             llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
