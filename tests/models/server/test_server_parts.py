@@ -204,3 +204,34 @@ def test_serve_runs_in_the_foreground_until_ctrl_c():
             process.kill()
     assert process.returncode == 0 and "Stopping" in rest
     assert "GET /health | 200" in rest  # the request's log line
+
+
+def test_the_servers_connections_send_small_writes_at_once():
+    """A response's header and body are separate writes; with Nagle's algorithm on, the body
+    waits for the client's delayed ACK (40 ms a request on a kept-alive connection). asyncio
+    turns it off only on sockets made for TCP, so the listening socket must be one."""
+    import socket
+
+    from models.server.controller import _bind
+
+    listener = _bind("127.0.0.1", 0)
+    seen: list[int] = []
+
+    async def main() -> None:
+        accepted = asyncio.Event()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                sock = transport.get_extra_info("socket")
+                seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+                accepted.set()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        async with server:
+            _reader, writer = await asyncio.open_connection(*listener.getsockname()[:2])
+            await asyncio.wait_for(accepted.wait(), 10)
+            writer.close()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0
