@@ -83,7 +83,7 @@ class Reply:
         self.started = started
         self.sampler = Sampler(options, model.llm.n_vocab())
         stats.seed = self.sampler.seed
-        self.decoder = TokenTextDecoder(model.vocab)
+        self.decoder = TokenTextDecoder(model.vocab, model.token_pieces)
         self.stops = StopFilter(tuple(options.stop) + model.preset_stops)
         self.next_prompt = len(slot.tokens)  # the first prompt token not in the cache
         self.pending: Optional[int] = None  # a picked token not yet evaluated

@@ -170,6 +170,7 @@ class LoadedModel:
             # the blocks and the output layer stay on the CPU.
             self.offload.layers_total = llama_low.llama_model_n_layer(self.llm.model) + 1
         self.vocab = llama_low.llama_model_get_vocab(self.llm.model)
+        self.token_pieces: dict[int, bytes] = {}  # token → its text bytes, for every reply
         self.parallel = settings.parallel
         self.n_ctx = self.llm.n_ctx() // settings.parallel  # per slot
         self.n_batch = self.llm.n_batch
@@ -351,7 +352,7 @@ class LoadedModel:
             return self._generate_constrained(constraint, options, len(tokens), started,
                                               cancelled, emit, stats)
 
-        decoder = TokenTextDecoder(self.vocab)
+        decoder = TokenTextDecoder(self.vocab, self.token_pieces)
         stops = StopFilter(tuple(options.stop) + self.preset_stops)
         first = last = prefill_end
         decoded = -1  # tokens picked after the first one

@@ -1,20 +1,23 @@
 """Where the engine's time per generated token goes: llama.cpp, sampling, and Python.
 
-Runs the engine's own decode loop (:meth:`models.engine.runtime.LoadedModel.chat`, as the
-engine process runs it: the native abort hook installed, every delta sent through a
-``multiprocessing`` pipe to another process) in this process, so it can be measured:
+Runs the engine's own decode loop — :class:`models.engine.batching.BatchScheduler`, whose
+``step`` the engine process calls, with the native abort hook installed and every delta
+sent through a ``multiprocessing`` pipe to another process — in this process, so it can
+be measured:
 
 - **timers** (default): the loop's parts wrapped in ``perf_counter`` accumulators —
-  ``llama_decode`` (the C call), the rest of ``Llama.eval`` (llama-cpp-python's Python
-  around it), ``llama_sampler_sample`` (C), the text decoder, the stop filter, the pipe
-  send, the end-of-generation check, the cancel check — and what is left of the loop.
-  Each wrapper costs well under a microsecond.
+  ``llama_decode`` (the C call), the sampler (``llama_sampler_sample``, C), filling the
+  batch, the text decoder, the reasoning counter, the stop filter, the end-of-generation
+  check, the delta send (pipe) — and what is left of ``step``. Each wrapper costs well
+  under a microsecond.
 - **cprofile** (``--cprofile``): every Python function's own time per token (cProfile
   inflates small functions; use it for the shape, the timers for the figures).
 
 Figures are microseconds per generated token (the mean over ``--runs`` replies of
 ``--tokens`` tokens after a ~300-token prompt, greedy unless ``--sampled``), printed
 beside ``llama-bench``'s time per token when the tools are built (``llama_tools.py``).
+CPU columns are this thread's own CPU time, which stays meaningful on a busy machine
+where wall time does not.
 
 Run: ``.venv/bin/python tests/benchmarks/profile_decode.py [MODEL.gguf] [--cprofile]``.
 """
@@ -24,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import ctypes
 import multiprocessing
 import pstats
 import sys
@@ -141,15 +143,16 @@ def main() -> int:
         args.model = fetch_smollm2(cached_models_dir())
 
     import llama_cpp
-    import llama_cpp.llama_cpp as llama_low
 
-    from models.engine import runtime
+    from models.engine import batching, runtime
+    from models.engine.batching import BatchScheduler
     from models.engine.benchmark import bench_messages
-    from models.engine.cancel_flag import install_abort_hook
+    from models.engine.cancel_flag import CancelFlag, install_abort_hook
     from models.engine.llama_log import LlamaLogCapture
     from models.engine.options import ChatOptions
+    from models.engine.reasoning import ReasoningSplitter
     from models.engine.settings import LoadSettings
-    from models.engine.token_stream import StopFilter, TokenTextDecoder
+    from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 
     settings = LoadSettings(threads=args.threads, batch_threads=args.threads,
                             context_length=1024, batch_size=BATCH, micro_batch_size=BATCH)
@@ -158,37 +161,55 @@ def main() -> int:
     log_capture = LlamaLogCapture()
     model = runtime.LoadedModel(str(args.model), settings, log_capture)
     model.self_test()
-    flag = (ctypes.c_ubyte * 2)()
-    model.abort_hook = install_abort_hook(model.llm.ctx, flag)
+    cancel = CancelFlag(multiprocessing.get_context("spawn"))
+    model.abort_hook = install_abort_hook(model.llm.ctx, cancel.shared)
     options = ChatOptions(max_tokens=args.tokens, ignore_eos=True, seed=1,
                           **({} if args.sampled else {"temperature": 0.0}))
-    cancelled = lambda: flag[0] != 0  # noqa: E731  (as the engine loop's)
     timers = Timers()
     tokens = 0
     loop_seconds = 0.0
     profile = cProfile.Profile() if args.cprofile else None
+    done: list[dict] = []
+
+    def reply(scheduler: BatchScheduler, messages: list[dict]) -> None:
+        """One request through the scheduler, stepped as the engine loop steps it."""
+        scheduler.submit({"id": len(done), "lane": 0, "messages": messages,
+                          "options": options.to_dict()})
+        while scheduler.busy():
+            scheduler.step()
+            scheduler.run_after_reply()
+
     with (contextlib.nullcontext([].append) if args.no_pipe else engine_pipe()) as emit:
-        model.chat(bench_messages(-1, 280), options, cancelled, emit)  # warm-up
+        def send(event: dict) -> None:
+            if event["event"] == "done":
+                done.append(event)
+            elif event["event"] == "delta":
+                emit(event["text"])
+
+        scheduler = BatchScheduler(model, cancel.shared, send, cache_ram_bytes=0)
+        reply(scheduler, bench_messages(-1, 280))  # warm-up
         start_profile = profile.enable if profile is not None else (lambda: None)
-        timers.patch(llama_cpp, "llama_sampler_sample", "llama_sampler_sample (C)",
+        timers.patch(Sampler, "sample", "sampler (C, or numpy argmax when greedy)",
                      timers.starter(start_profile, timing=profile is None))
         if profile is None:
-            timers.patch(llama_low, "llama_decode", "llama_decode (C)")
-            timers.patch(model, "_evaluate", "Llama.eval")
+            timers.patch(llama_cpp, "llama_decode", "llama_decode (C)")
+            timers.patch(BatchScheduler, "_put", "filling the batch")
             timers.patch(TokenTextDecoder, "feed", "TokenTextDecoder.feed")
+            timers.patch(ReasoningSplitter, "feed", "ReasoningSplitter.feed")
             timers.patch(StopFilter, "push", "StopFilter.push")
-            timers.patch(model, "_is_end_of_generation", "_is_end_of_generation")
-            emit = timers.wrap("emit (pipe send)", emit)
-            cancelled = timers.wrap("cancelled()", cancelled)
+            timers.patch(model, "is_end_of_generation", "is_end_of_generation")
+            timers.patch(BatchScheduler, "_flush", "delta send (pipe)")
         for run in range(args.runs):
-            stats = model.chat(bench_messages(run, 280), options, cancelled, emit)
+            reply(scheduler, bench_messages(run, 280))
             timers.loop_cpu += time.thread_time() - timers.loop_cpu_started
             timers.active = False
             if profile is not None:
                 profile.disable()
-            tokens += stats.completion_tokens - 1
-            loop_seconds += stats.decode_seconds
+            stats = done[-1]["stats"]
+            tokens += stats["completion_tokens"] - 1
+            loop_seconds += stats["decode_seconds"]
         timers.restore()
+        scheduler.close()
     model.close()
     per_token = 1e6 / tokens
     print(f"machine: {llama_tools.machine_line()}")
@@ -216,14 +237,8 @@ def main() -> int:
                   f"{name} ({where})")
         return 0
     wall, cpu = timers.seconds, timers.cpu
-    rows = [("llama_decode (C)", "llama_decode (C)", wall["llama_decode (C)"],
-             cpu["llama_decode (C)"]),
-            ("Llama.eval around llama_decode (Python)", "Llama.eval",
-             wall["Llama.eval"] - wall["llama_decode (C)"],
-             cpu["Llama.eval"] - cpu["llama_decode (C)"])]
-    rows += [(name, name, wall[name], cpu[name]) for name in wall
-             if name not in ("llama_decode (C)", "Llama.eval")]
-    rows.append(("rest of the loop in LoadedModel.chat", "",
+    rows = [(name, name, wall[name], cpu[name]) for name in wall]
+    rows.append(("rest of BatchScheduler.step", "",
                  loop_seconds - sum(row[2] for row in rows),
                  timers.loop_cpu - sum(row[3] for row in rows)))
     print("\nPer generated token (wall: elapsed; CPU: the engine thread's own CPU time, which "
@@ -233,7 +248,7 @@ def main() -> int:
     for name, key, seconds, cpu_seconds in rows:
         print(f"{seconds * per_token:9.1f} {cpu_seconds * per_token:9.1f} "
               f"{timers.calls.get(key, 0) / tokens:6.2f}  {name}")
-    python = sum(row[3] for row in rows[1:] if "(C)" not in row[0])
+    python = sum(row[3] for row in rows if "(C)" not in row[0])
     print(f"Python outside llama.cpp's C calls: {python * per_token:.0f} us CPU per token")
     return 0
 

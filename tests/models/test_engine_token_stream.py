@@ -58,3 +58,32 @@ def test_characters_split_across_tokens_are_never_split_in_deltas(smollm2_gguf):
     deltas = [decoder.feed(t) for t in tokens] + [decoder.flush()]
     assert "".join(deltas) == llm.detokenize(tokens).decode() == text
     assert all("\ufffd" not in d for d in deltas)
+    shared: dict[int, bytes] = {}  # a cache shared by replies gives the same text
+    cached = [TokenTextDecoder(llama_cpp.llama_model_get_vocab(llm.model), shared)
+              for _ in range(2)]
+    for decoder in cached:
+        assert "".join([decoder.feed(t) for t in tokens] + [decoder.flush()]) == text
+
+
+def test_greedy_picks_what_llama_cpps_greedy_sampler_picks(smollm2_gguf):
+    """Plain greedy takes the logits' argmax in numpy; llama.cpp's own greedy sampler over
+    the same logits is the oracle, at every position of a real prompt."""
+    import llama_cpp
+
+    from models.engine.options import ChatOptions
+    from models.engine.token_stream import Sampler
+
+    llm = llama_cpp.Llama(model_path=str(smollm2_gguf), n_ctx=256, n_threads=2,
+                          logits_all=True, verbose=False)
+    tokens = llm.tokenize(b"The capital of France is Paris. The capital of Italy is")
+    llm.eval(tokens)
+    oracle = llama_cpp.llama_sampler_init_greedy()
+    with Sampler(ChatOptions(temperature=0.0), llm.n_vocab()) as greedy, \
+            Sampler(ChatOptions(temperature=0.0, repeat_penalty=1.1), llm.n_vocab()) as chain:
+        assert greedy._argmax_row is not None and chain._argmax_row is None  # both paths
+        picks = [greedy.sample(llm.ctx, i) for i in range(len(tokens))]
+        expected = [llama_cpp.llama_sampler_sample(oracle, llm.ctx, i)
+                    for i in range(len(tokens))]
+        assert chain.sample(llm.ctx, len(tokens) - 1) in range(llm.n_vocab())
+    llama_cpp.llama_sampler_free(oracle)
+    assert picks == expected and len(set(picks)) > 3
