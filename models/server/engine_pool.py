@@ -7,7 +7,9 @@ and the server's number of slots — after checking that it fits in memory
 attempted). A model the server loaded is unloaded after an idle time. The window hands
 its own chat engine over with :meth:`EnginePool.adopt`, so a model open in the Chat
 page is served by that same engine rather than loaded a second time; the pool never
-unloads an adopted engine.
+unloads an adopted engine. The other way round, :meth:`EnginePool.hand_over` gives the
+Chat page the engine the server already loaded for the model it opens, so that model is
+not loaded a second time either.
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ class PooledEngine:
     for a slot); the pool unloads an idle engine only when both are 0.
     """
 
-    def __init__(self, path: Path, client: Any, owned: bool) -> None:
+    def __init__(self, path: Path, client: Any, owned: bool,
+                 settings: Optional[Any] = None) -> None:
         self.path = path
         self.client = client
         self.owned = owned
+        self.settings = settings  # the load settings the pool asked for (owned engines)
         self.active = 0
         self.queued = 0
         self.last_used = time.monotonic()
@@ -134,6 +138,22 @@ class EnginePool:
         if previous is not None and previous.client is not client:
             self._retire(previous)
 
+    def hand_over(self, path: Path | str, settings: Any) -> Optional[Any]:
+        """The engine the pool loaded for ``path``, given to the window's chat that opens
+        the same model with the same load settings (slots aside), so the model is not
+        loaded twice; ``None`` when there is none. The pool goes on serving with it, as
+        an adopted engine: the chat owns it from now on."""
+        key = Path(path).resolve()
+        with self._lock:
+            entry = self._engines.get(key)
+            if entry is None or not entry.owned or entry.settings is None \
+                    or not entry.holds_model():
+                return None
+            if replace(entry.settings, parallel=settings.parallel) != settings:
+                return None
+            entry.owned = False
+            return entry.client
+
     def release(self, path: Path | str) -> None:
         """Stop serving ``path`` from its engine: forget an adopted one, unload an owned one
         (once the requests it is answering have ended)."""
@@ -178,12 +198,14 @@ class EnginePool:
                 stale = self._engines.pop(key, None)
             if stale is not None:
                 self._retire(stale)
-            entry = PooledEngine(key, self._load(key), owned=True)
+            client, settings = self._load(key)
+            entry = PooledEngine(key, client, owned=True, settings=settings)
             with self._lock:
                 self._engines[key] = entry
             return entry
 
-    def _load(self, path: Path) -> Any:
+    def _load(self, path: Path) -> tuple[Any, Any]:
+        """A new engine with ``path`` loaded, and the settings it was loaded with."""
         settings = self.settings_for(path)
         slots = self._slots(path, settings)
         settings = replace(settings, parallel=slots)
@@ -196,7 +218,7 @@ class EnginePool:
             raise
         log.info("server: loaded %s with %d slot(s) of %d tokens in %.1f s", path.name, slots,
                  client.last_load.context_length, time.perf_counter() - started)
-        return client
+        return client, settings
 
     def _slots(self, path: Path, settings: Any) -> int:
         """The slots to load with; refuses (with memory_fit's sentence) what cannot fit."""

@@ -16,7 +16,9 @@ While the window's API server runs, the engine is lent to it (:attr:`ChatEngine.
 the server's engine pool): a request for the model the chat has loaded uses this engine
 instead of loading the model a second time. The lending follows the loads, on the load's
 own worker thread and in order: the old model is taken back before another one loads, and
-the new one is lent once it has loaded.
+the new one is lent once it has loaded. A model the server has already loaded, with the
+same load settings, is not loaded again either: the chat takes over the server's engine
+(:meth:`~models.server.engine_pool.EnginePool.hand_over`) and the server goes on using it.
 """
 
 from __future__ import annotations
@@ -153,6 +155,9 @@ class ChatEngine(QObject):
         def job(report, token):
             if previous is not None:
                 self._lend("release", previous)  # before the engine holds another model
+            served = self._take_served(path, settings)
+            if served is not None:
+                return served
             loaded = client.load(path, settings, progress=report)
             self._lend("adopt", loaded.path, client)
             return loaded
@@ -160,6 +165,26 @@ class ChatEngine(QObject):
         self._load_job = start_job(job, on_finished=lambda rep: self._load_finished(rep, settings),
                                    on_failed=self._load_error, on_progress=self.load_progress.emit,
                                    pool=self._pool, owner=self)
+
+    def _take_served(self, path: Path, settings):
+        """The load report of the server's engine for ``path`` once this chat has taken it
+        over (its own engine, holding the previous model, is stopped); ``None`` when the
+        server has not loaded this model with these settings."""
+        lender = self.lender
+        if lender is None or not self._owns_client:
+            return None
+        try:
+            served = lender.hand_over(path, settings)
+        except Exception:
+            log.exception("the server's engine pool failed to hand over %s", path)
+            return None
+        if served is None or served.last_load is None:
+            return None
+        own, self._client = self._client, served
+        if own is not None and own is not served:
+            own.shutdown()
+        log.info("chat: using the engine the server loaded for %s", Path(path).name)
+        return served.last_load
 
     def _lend(self, action: str, *args) -> None:
         """``lender.release(path)`` or ``lender.adopt(path, client)`` when the engine is lent;

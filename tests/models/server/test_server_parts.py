@@ -156,6 +156,30 @@ def test_the_pool_loads_a_model_once_unloads_it_when_idle_and_leaves_adopted_eng
     assert busy.client.shut_down and not window.shut_down
 
 
+def test_the_pool_hands_its_engine_to_a_chat_opening_the_same_model_with_the_same_settings(
+        tmp_path):
+    from models.engine import LoadSettings
+    from models.server.engine_pool import EnginePool
+
+    served = tmp_path / "a.gguf"
+    pool = EnginePool(settings_for=lambda path: LoadSettings(context_length=512),
+                      client_factory=_BookkeepingClient, check_memory=False, parallel=4,
+                      idle_unload_seconds=60)
+    entry = pool.get(served)
+    assert pool.hand_over(tmp_path / "other.gguf", LoadSettings(context_length=512)) is None
+    assert pool.hand_over(served, LoadSettings(context_length=1024)) is None  # other settings
+    assert entry.owned
+    client = pool.hand_over(served, LoadSettings(context_length=512))  # slots aside: same
+    assert client is entry.client and not entry.owned
+    assert pool.hand_over(served, LoadSettings(context_length=512)) is None  # only once
+    # The chat owns it now: the pool serves with it but never unloads or shuts it down.
+    assert pool.get(served).client is client
+    assert pool.unload_idle(now=entry.last_used + 61) == []
+    pool.release(served)
+    pool.close()
+    assert not client.shut_down
+
+
 @pytest.mark.smollm2
 def test_a_model_that_does_not_fit_is_refused_with_memory_fits_sentence(smollm2_gguf):
     from models.engine import LoadSettings

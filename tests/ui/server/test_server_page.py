@@ -266,6 +266,21 @@ def test_the_chat_engine_serves_the_model_the_chat_has_loaded(qtbot, smollm2_ggu
     qtbot.waitUntil(lambda: chat.engine.ready and chat.engine.model_path == other, timeout=120_000)
     assert pool.peek(model) is None
     assert pool.peek(other).client is chat.engine.client
+
+    # A request loads the first model in an engine of the server's own; the chat opening
+    # that model again takes that engine over instead of loading the model a second time.
+    status, body = fetch(f"http://127.0.0.1:{port}/v1/chat/completions", body={
+        "model": smollm2_gguf.stem, "max_tokens": 4,
+        "messages": [{"role": "user", "content": "Hi"}]})
+    assert status == 200, body
+    served = pool.peek(model)
+    assert served is not None and served.owned and served.client is not chat.engine.client
+    window.open_path(model)
+    qtbot.waitUntil(lambda: chat.engine.ready and chat.engine.model_path == model,
+                    timeout=120_000)
+    assert chat.engine.client is served.client and not served.owned
+    assert pool.peek(other) is None  # the chat's former engine, with the other file, is gone
+    assert [e.client for e in pool.engines()] == [chat.engine.client]
     turn_off(qtbot, page)
     assert chat.engine.lender is None and chat.engine.ready  # the chat keeps its engine and model
     window.close()
