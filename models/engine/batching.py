@@ -23,10 +23,16 @@ Cancel. Each request has a lane in the shared cancel memory (``cancel_flag.py``)
 cancelled request ends before the next step, and llama.cpp's abort callback stops a step
 already running, which is then done again without the cancelled request.
 
-Exclusive requests. Speculative decoding and grammar-constrained output drive the model
-token by token through :class:`~models.engine.runtime.LoadedModel` (their own decode
-patterns); they wait until the running replies end and then have the engine to themselves
-on slot 0. Later requests wait behind them, so arrival order holds.
+Structured output. A reply under a grammar (JSON, a JSON Schema, tool calls, GBNF) is a
+reply like the others, with :class:`~models.structured.fast_forward.ConstrainedSteps`
+choosing its tokens: the grammar's sampler picks from its row, and a run of forced tokens
+(guided fast-forward) enters the next batch as several entries of its sequence, with
+logits only for the last. Every finished reply is validated.
+
+Exclusive requests. Speculative decoding drives the model through
+:class:`~models.engine.runtime.LoadedModel` (a draft verified in one batch of its own);
+such a request waits until the running replies end and then has the engine to itself on
+slot 0. Later requests wait behind it, so arrival order holds.
 
 Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply (the first at once): the
 pipe and the client's wakeups then cost a few per cent less decode speed on a small model.
@@ -45,7 +51,7 @@ import numpy as np
 
 from app.core.errors import QuantDeskError
 from models.engine.cancel_flag import lane_cancelled, take_abort
-from models.engine.options import ChatOptions, ChatStats
+from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
@@ -72,7 +78,8 @@ class Reply:
     """One request being answered in a slot."""
 
     def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
-                 model: Any, stats: ChatStats, started: float, opens_reasoning: bool) -> None:
+                 model: Any, stats: ChatStats, started: float, opens_reasoning: bool,
+                 constraint: Any = None) -> None:
         self.id = request["id"]
         self.lane = request["lane"]
         self.conversation_id = request.get("conversation_id")
@@ -86,7 +93,9 @@ class Reply:
         self.decoder = TokenTextDecoder(model.vocab, model.token_pieces)
         self.stops = StopFilter(tuple(options.stop) + model.preset_stops)
         self.next_prompt = len(slot.tokens)  # the first prompt token not in the cache
-        self.pending: Optional[int] = None  # a picked token not yet evaluated
+        # Tokens chosen but not yet evaluated: the last picked one, and for structured
+        # output the forced run after it. The last of them gets logits.
+        self.pending: list[int] = []
         self.prefill_end = 0.0
         self.first_token_at = 0.0
         self.last_token_at = 0.0
@@ -96,10 +105,29 @@ class Reply:
         self.flushed_once = False
         # Counts the thinking tokens of a reasoning model; dropped once the answer starts.
         self.reasoning: Optional[ReasoningSplitter] = ReasoningSplitter(opened=opens_reasoning)
+        # Structured output: the grammar's steps, and the whole reply for the validation.
+        self.constraint = constraint
+        self.steps = None
+        self.text: list[str] = []
+        if constraint is not None:
+            from models.structured.fast_forward import ConstrainedGenerator
+
+            # Forced text past the budget is never evaluated: only sampled tokens need room.
+            self.room = model.n_ctx - len(tokens) - 1
+            self.steps = ConstrainedGenerator(model.llm, constraint.gbnf, options,
+                                              fast_forward=options.fast_forward).steps(
+                                                  min(options.max_tokens, self.room))
+            self.reasoning = None
 
     @property
     def reading_prompt(self) -> bool:
         return self.next_prompt < len(self.prompt)
+
+    def close(self) -> None:
+        """Free the native samplers (a reply that ends with an error)."""
+        self.sampler.close()
+        if self.steps is not None:
+            self.steps.close()
 
 
 class BatchScheduler:
@@ -159,7 +187,7 @@ class BatchScheduler:
         for slot in self.slots:
             if slot.reply is not None:
                 reply, slot.reply = slot.reply, None
-                reply.sampler.close()
+                reply.close()
                 self._error(reply.id, QuantDeskError(what, fix))
         while self.waiting:
             self._error(self.waiting.popleft()["id"], QuantDeskError(what, fix))
@@ -180,6 +208,8 @@ class BatchScheduler:
 
     def _finish(self, reply: Reply, reason: str) -> None:
         stats = reply.stats
+        if reply.steps is not None:
+            reason = self._end_constrained(reply, reason)
         stats.stop_reason = reason
         if reason != "cancelled" or reply.first_token_at:
             tail = reply.stops.push(reply.decoder.flush()) + reply.stops.flush()
@@ -226,7 +256,7 @@ class BatchScheduler:
     @staticmethod
     def is_exclusive(options: ChatOptions) -> bool:
         """Requests that drive the model their own way and need it alone."""
-        return options.speculative != "off" or options.response_format != "text"
+        return options.speculative != "off"
 
     def _admit(self) -> None:
         while self.waiting:
@@ -266,6 +296,7 @@ class BatchScheduler:
     def _start(self, request: dict, options: ChatOptions, free: list[Slot]) -> None:
         started = time.perf_counter()
         stats = ChatStats()
+        constraint = output_constraint(options)  # a bad schema fails before any work
         tokens, text = self._tokens_of(request, options)
         stats.prompt_tokens = len(tokens)
         slot = self._place(tokens, request, free, stats)
@@ -276,7 +307,7 @@ class BatchScheduler:
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
         reply = Reply(request, options, tokens, slot, self.model, stats, started,
-                      prompt_opens_reasoning(text))
+                      prompt_opens_reasoning(text), constraint)
         slot.reply = reply
 
     def _place(self, tokens: list[int], request: dict, free: list[Slot],
@@ -385,11 +416,14 @@ class BatchScheduler:
         if not active:
             return
         batch, n, rows = self.batch, 0, []
-        for reply in active:  # generating replies first: one token each
-            if not reply.reading_prompt:
-                self._put(n, reply.pending, len(reply.slot.tokens), reply.slot.seq_id, True)
-                rows.append((reply, n, 1))
-                n += 1
+        for reply in active:  # generating replies first: their chosen tokens
+            if not reply.reading_prompt and n < self.capacity:
+                count = min(len(reply.pending), self.capacity - n)
+                start, seq = len(reply.slot.tokens), reply.slot.seq_id
+                for i in range(count):
+                    self._put(n + i, reply.pending[i], start + i, seq, i == len(reply.pending) - 1)
+                rows.append((reply, n + count - 1, count))
+                n += count
         for reply in active:  # then prompts, as much as fits
             if reply.reading_prompt and n < self.capacity:
                 count = min(len(reply.prompt) - reply.next_prompt, self.capacity - n)
@@ -420,8 +454,14 @@ class BatchScheduler:
                 stats.prefill_tokens_per_second = \
                     stats.prompt_tokens_evaluated / max(stats.prefill_seconds, 1e-9)
             else:
-                slot.tokens.append(reply.pending)
-            self._pick(reply, row, now)
+                slot.tokens.extend(reply.pending[:count])
+                del reply.pending[:count]
+                if reply.pending:
+                    continue  # a forced run longer than the batch: the rest goes next
+            if reply.steps is not None:
+                self._pick_constrained(reply, row, now)
+            else:
+                self._pick(reply, row, now)
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self.batch
@@ -441,7 +481,7 @@ class BatchScheduler:
         for reply, _, _ in rows:
             slot = reply.slot
             slot.reply = None
-            reply.sampler.close()
+            reply.close()
             llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
             slot.tokens = []
             self._error(reply.id, QuantDeskError(
@@ -479,8 +519,63 @@ class BatchScheduler:
         if len(reply.slot.tokens) + 1 >= self.model.n_ctx:
             self._finish(reply, "context_full")
             return
-        reply.pending = token
+        reply.pending = [token]
         self._flush(reply)
+
+    def _pick_constrained(self, reply: Reply, row: int, now: float) -> None:
+        """Structured output: the grammar's pick from the reply's row, then whatever the
+        grammar forces after it, which the next batch evaluates with it."""
+        steps, stats = reply.steps, reply.stats
+        if reply.first_token_at == 0.0 and not steps.stats.tokens:
+            # Right after the prompt: the grammar may force the reply's first tokens.
+            self._emit_constrained(reply, steps.plan())
+            if steps.stats.stop_reason:
+                self._finish(reply, "stop")
+                return
+            if steps.pending:
+                reply.first_token_at = now
+                stats.time_to_first_token = now - reply.started
+                reply.pending, steps.pending = steps.pending, []
+                return
+        text = steps.pick(row)
+        reply.last_token_at = now
+        if not reply.first_token_at:
+            reply.first_token_at = now
+            stats.time_to_first_token = now - reply.started
+        stats.decode_passes += 1
+        self._emit_constrained(reply, text)
+        if not steps.stats.stop_reason:
+            self._emit_constrained(reply, steps.plan())
+        if steps.stats.stop_reason:
+            self._finish(reply, "stop")
+            return
+        reply.pending, steps.pending = steps.pending, []
+        self._flush(reply)
+
+    @staticmethod
+    def _emit_constrained(reply: Reply, text: str) -> None:
+        if text:
+            reply.text.append(text)
+            reply.out_text.append(text)
+
+    @staticmethod
+    def _end_constrained(reply: Reply, reason: str) -> str:
+        """Structured output's stats and validation as the reply ends; its stop reason."""
+        steps, stats = reply.steps, reply.stats
+        steps.close()
+        g = steps.stats
+        stats.completion_tokens = g.tokens
+        stats.forced_tokens = g.forced_tokens
+        stats.closed_at_budget = g.closed_at_budget
+        if reason == "stop" and g.stop_reason == "max_tokens":
+            reason = "length" if reply.options.max_tokens <= reply.room else "context_full"
+        try:
+            reply.constraint.check("".join(reply.text))
+            stats.valid = True
+        except QuantDeskError as exc:
+            stats.valid, stats.validation_error = False, exc.what
+        reply.steps = None
+        return reason
 
     @staticmethod
     def _count_reasoning(reply: Reply, piece: str) -> None:

@@ -12,10 +12,6 @@ that it controls three things:
   milliseconds, even in the middle of a long prompt, and keeps what it had.
 - **Timings.** Time to first token, prefill and decode speeds, measured here, beside the
   work, without the pipe's latency.
-- **Structured output.** With a ``response_format`` other than text, the reply after the
-  prefill is generated under the options' grammar by
-  :class:`~models.structured.ConstrainedGenerator` (check-first sampling, guided
-  fast-forward) and validated when it ends (``ChatStats.valid``).
 - **Speculative decoding.** With ``speculative="prompt_lookup"`` the tokens after each
   picked one are guessed from the conversation (``prompt_lookup``), with
   ``"draft_model"`` by the small model loaded beside this one (``draft_model``), and
@@ -47,7 +43,7 @@ from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.draft_model import DraftModel
 from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
-from models.engine.options import ChatOptions, ChatStats, output_constraint
+from models.engine.options import ChatOptions, ChatStats
 from models.engine.prompt_cache import common_prefix
 from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state,
@@ -307,7 +303,7 @@ class LoadedModel:
              prompt: Optional[str] = None) -> ChatStats:
         """Generate a reply on sequence 0, calling ``emit(text)`` for each delta; return
         its stats. The batching loop (``batching.py``) runs plain replies itself and hands
-        the ones that drive decoding their own way (speculative, constrained) here.
+        the ones that drive decoding their own way (speculative) here.
         ``prompt`` is a raw prompt used instead of rendering ``messages``.
 
         With a ``conversation_id`` (and a ``store``), a cache that holds another
@@ -320,7 +316,6 @@ class LoadedModel:
         """
         stats = ChatStats()
         started = time.perf_counter()
-        constraint = output_constraint(options)  # a bad schema fails before any work
         tokens = self.tokenize_prompt(prompt if prompt is not None
                                       else self.render(messages, options.thinking,
                                                                   options.tools))
@@ -348,9 +343,6 @@ class LoadedModel:
         prefill_end = time.perf_counter()
         stats.prefill_seconds = prefill_end - started
         stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated / max(stats.prefill_seconds, 1e-9)
-        if constraint is not None:
-            return self._generate_constrained(constraint, options, len(tokens), started,
-                                              cancelled, emit, stats)
 
         decoder = TokenTextDecoder(self.vocab, self.token_pieces)
         stops = StopFilter(tuple(options.stop) + self.preset_stops)
@@ -422,45 +414,6 @@ class LoadedModel:
             emit(tail)
         stats.decode_seconds = last - first
         stats.decode_tokens_per_second = decoded / stats.decode_seconds if decoded > 0 else 0.0
-        return stats
-
-    def _generate_constrained(self, constraint, options: ChatOptions, prompt_length: int,
-                              started: float, cancelled: Callable[[], bool],
-                              emit: Callable[[str], None], stats: ChatStats) -> ChatStats:
-        """The reply to an evaluated prompt under ``constraint``'s grammar, validated."""
-        from models.structured.fast_forward import ConstrainedGenerator
-
-        # Forced text past the budget is never evaluated, so only sampled tokens need room.
-        room = self.n_ctx - prompt_length - 1
-        generator = ConstrainedGenerator(self.llm, constraint.gbnf, options,
-                                         fast_forward=options.fast_forward)
-        text, first = [], None
-        try:
-            for piece in generator.stream_after_prompt(min(options.max_tokens, room), cancelled):
-                if first is None:
-                    first = time.perf_counter()
-                    stats.time_to_first_token = first - started
-                text.append(piece)
-                emit(piece)
-        except RuntimeError as exc:  # llama.cpp refused the grammar or failed a decode
-            self.llm.n_tokens = 0
-            raise QuantDeskError(f"llama.cpp could not generate under this grammar ({exc}).",
-                                 "Check the grammar or schema, or start a new conversation.") from exc
-        g = generator.stats
-        stats.completion_tokens = g.tokens
-        stats.forced_tokens = g.forced_tokens
-        stats.decode_passes = g.passes
-        stats.closed_at_budget = g.closed_at_budget
-        stats.stop_reason = {"complete": "stop", "eog": "stop", "cancelled": "cancelled",
-                             "max_tokens": "length" if options.max_tokens <= room
-                             else "context_full"}[g.stop_reason]
-        stats.decode_seconds = g.seconds
-        stats.decode_tokens_per_second = g.tokens_per_second
-        try:
-            constraint.check("".join(text))
-            stats.valid = True
-        except QuantDeskError as exc:
-            stats.valid, stats.validation_error = False, exc.what
         return stats
 
     def _propose(self, options: ChatOptions, history: np.ndarray, room: int,

@@ -117,55 +117,6 @@ class ConstrainedGenerator:
         llm.n_tokens = keep
         llm.eval(list(prompt[keep:]))
 
-    def _forced_tokens(self, matcher: GrammarMatcher, budget: int):
-        """The tokens of the forced continuation and their text (a prefix of it), or None."""
-        forced = matcher.forced_text()
-        if not forced:
-            return None
-        tokens = self.llm.tokenize(forced.encode("utf-8"), add_bos=False, special=False)
-        if self.hold_back_last:
-            tokens = tokens[:-1]
-        tokens = tokens[:budget]
-        while tokens:
-            try:
-                text = self.llm.detokenize(tokens).decode("utf-8")
-            except UnicodeDecodeError:
-                text = None  # the last token ends inside a multi-byte character
-            if text is not None and forced.startswith(text):
-                return tokens, text
-            tokens = tokens[:-1]
-        return None
-
-    def _closing_tokens(self, matcher: Optional[GrammarMatcher], budget: int):
-        """Near the end of the budget: the shortest completion's tokens, if it is due now.
-
-        A reply cut at ``max_tokens`` is not JSON; a small model can loop in an unbounded
-        array or recursion until it is. So once the shortest completion needs nearly all
-        of the remaining tokens, it is appended instead, and the reply ends complete
-        (``stats.closed_at_budget`` says so).
-        """
-        if matcher is None or not self.close_at_budget or budget > CLOSING_WINDOW:
-            return None
-        text = matcher.shortest_completion()
-        if not text:
-            return None
-        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        if len(tokens) + CLOSING_MARGIN < budget:
-            return None
-        if self.llm.detokenize(tokens).decode("utf-8", errors="replace") != text:
-            return None
-        return tokens, text
-
-    def _append_unsampled(self, tokens: list[int], text: str, sampler: GrammarSampler,
-                          matcher: GrammarMatcher, pending: list[int]) -> str:
-        """Append tokens chosen by the grammar: both grammars accept them, decode later."""
-        for token in tokens:
-            sampler.accept(token)
-        matcher.feed(text)
-        pending += tokens
-        self.stats.forced_tokens += len(tokens)
-        return text
-
     def stream(self, prompt: Sequence[int], max_tokens: Optional[int] = None,
                cancel: Optional[CancelToken] = None) -> Iterator[str]:
         """Yield the reply's text piece by piece; :attr:`stats` says how it went.
@@ -189,66 +140,173 @@ class ConstrainedGenerator:
         ``cancelled`` is polled between tokens; when it is set, a decode llama.cpp aborts
         (the engine's abort callback) ends the reply as ``cancelled`` instead of raising.
         """
-        llm, o = self.llm, self.options
+        llm = self.llm
         cancelled = cancelled or (lambda: False)
-        max_tokens = o.max_tokens if max_tokens is None else max_tokens
-        seed = 0xFFFFFFFF if o.seed is None else o.seed  # LLAMA_DEFAULT_SEED: a random seed
-        self.stats = stats = GenerationStats()
-        matcher = GrammarMatcher(self.grammar) if self.grammar is not None else None
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        sampler = GrammarSampler(llm, self.gbnf, o.temperature, o.top_k, o.top_p, o.min_p, seed,
-                                 self.check_first)
+        steps = self.steps(self.options.max_tokens if max_tokens is None else max_tokens)
+        self.stats = stats = steps.stats
         try:
-            started = time.perf_counter()
-            pending: list[int] = []
             while True:
                 if cancelled():
                     stats.stop_reason = "cancelled"
                     break
-                if matcher is not None and matcher.must_end:
-                    stats.stop_reason = "complete"
+                text = steps.plan()
+                if text:
+                    yield text
+                if stats.stop_reason:
                     break
-                if stats.tokens >= max_tokens:
-                    stats.stop_reason = "max_tokens"
-                    break
-                closing = self._closing_tokens(matcher, max_tokens - stats.tokens)
-                if closing:
-                    yield self._append_unsampled(*closing, sampler, matcher, pending)
-                    stats.closed_at_budget = True
-                    stats.stop_reason = "complete"
-                    break
-                forced = self._forced_tokens(matcher, max_tokens - stats.tokens) \
-                    if self.fast_forward else None
-                if forced:
-                    yield self._append_unsampled(*forced, sampler, matcher, pending)
-                    continue
-                if pending:
+                if steps.pending:
                     stats.passes += 1
                     try:
-                        llm.eval(pending)
+                        llm.eval(steps.pending)
                     except RuntimeError:
                         if not cancelled():
                             raise
                         stats.stop_reason = "cancelled"  # llama.cpp dropped the batch
                         break
-                    pending = []
-                token = sampler.sample()
-                if sampler.is_end(token):
-                    stats.stop_reason = "eog"
+                    steps.pending = []
+                text = steps.pick(-1)
+                if stats.stop_reason:
                     break
-                stats.sampled_tokens += 1
-                text = utf8.decode(llm.detokenize([token]))
-                if matcher is not None:
-                    matcher.feed(text)
-                pending.append(token)
                 if text:
                     yield text
-            stats.seconds = time.perf_counter() - started
-            stats.full_masks = sampler.full_masks
         finally:
-            sampler.close()
+            steps.close()
+
+    def steps(self, max_tokens: int) -> "ConstrainedSteps":
+        """This generator's loop as steps, for a caller that evaluates the tokens itself
+        (the engine's batching loop, which decodes several replies in one batch)."""
+        return ConstrainedSteps(self.llm, self.grammar, self.gbnf, self.options, max_tokens,
+                                self.fast_forward, self.hold_back_last, self.check_first,
+                                self.close_at_budget)
 
     def generate(self, prompt: Sequence[int], max_tokens: Optional[int] = None,
                  cancel: Optional[CancelToken] = None) -> str:
         """The whole reply as one string (see :meth:`stream`)."""
         return "".join(self.stream(prompt, max_tokens, cancel))
+
+
+class ConstrainedSteps:
+    """Constrained decoding one model evaluation at a time.
+
+    The caller owns the decoding: it evaluates :attr:`pending` (the tokens chosen and not
+    yet in the KV cache: the last sampled token and any forced run after it, as one batch
+    whose last token has logits), then calls :meth:`pick` with the row of those logits,
+    then :meth:`plan`, and again. Before the first pick (right after the prompt), call
+    :meth:`plan` once: a grammar may force the reply's first tokens. ``stats.stop_reason``
+    is set when the reply has ended. :class:`ConstrainedGenerator` drives it with
+    ``Llama.eval``; the engine's batching loop drives one per constrained reply.
+    """
+
+    def __init__(self, llm, grammar, gbnf: Optional[str], options: ChatOptions,
+                 max_tokens: int, fast_forward: bool, hold_back_last: bool,
+                 check_first: bool, close_at_budget: bool) -> None:
+        o = options
+        self.llm = llm
+        self.max_tokens = max_tokens
+        self.fast_forward = fast_forward
+        self.hold_back_last = hold_back_last
+        self.close_at_budget = close_at_budget
+        self.stats = GenerationStats()
+        self.matcher = GrammarMatcher(grammar) if grammar is not None else None
+        self.pending: list[int] = []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        seed = 0xFFFFFFFF if o.seed is None else o.seed  # LLAMA_DEFAULT_SEED: a random seed
+        self._sampler = GrammarSampler(llm, gbnf, o.temperature, o.top_k, o.top_p, o.min_p,
+                                       seed, check_first)
+        self._started = time.perf_counter()
+
+    def plan(self) -> str:
+        """What the grammar decides before the next pick: the end of the reply, or forced
+        text (appended to :attr:`pending`); returns that text."""
+        stats, matcher, out = self.stats, self.matcher, []
+        while not stats.stop_reason:
+            if matcher is not None and matcher.must_end:
+                self._end("complete")
+            elif stats.tokens >= self.max_tokens:
+                self._end("max_tokens")
+            elif closing := self._closing_tokens(self.max_tokens - stats.tokens):
+                out.append(self._append_unsampled(*closing))
+                stats.closed_at_budget = True
+                self._end("complete")
+            elif forced := (self._forced_tokens(self.max_tokens - stats.tokens)
+                            if self.fast_forward else None):
+                out.append(self._append_unsampled(*forced))
+            else:
+                break
+        return "".join(out)
+
+    def pick(self, index: int) -> str:
+        """Sample the next token from row ``index`` of the last evaluation's logits under
+        the grammar; returns its text (the end of generation ends the reply)."""
+        token = self._sampler.sample(index)
+        if self._sampler.is_end(token):
+            self._end("eog")
+            return ""
+        self.stats.sampled_tokens += 1
+        text = self._utf8.decode(self.llm.detokenize([token]))
+        if self.matcher is not None:
+            self.matcher.feed(text)
+        self.pending.append(token)
+        return text
+
+    def _end(self, reason: str) -> None:
+        self.stats.stop_reason = reason
+        self.stats.seconds = time.perf_counter() - self._started
+        self.stats.full_masks = self._sampler.full_masks if self._sampler else 0
+
+    def close(self) -> None:
+        """Free the native samplers."""
+        if self._sampler is not None:
+            if not self.stats.seconds:
+                self.stats.seconds = time.perf_counter() - self._started
+                self.stats.full_masks = self._sampler.full_masks
+            self._sampler.close()
+            self._sampler = None
+
+    def _forced_tokens(self, budget: int):
+        """The tokens of the forced continuation and their text (a prefix of it), or None."""
+        forced = self.matcher.forced_text() if self.matcher is not None else None
+        if not forced:
+            return None
+        tokens = self.llm.tokenize(forced.encode("utf-8"), add_bos=False, special=False)
+        if self.hold_back_last:
+            tokens = tokens[:-1]
+        tokens = tokens[:budget]
+        while tokens:
+            try:
+                text = self.llm.detokenize(tokens).decode("utf-8")
+            except UnicodeDecodeError:
+                text = None  # the last token ends inside a multi-byte character
+            if text is not None and forced.startswith(text):
+                return tokens, text
+            tokens = tokens[:-1]
+        return None
+
+    def _closing_tokens(self, budget: int):
+        """Near the end of the budget: the shortest completion's tokens, if it is due now.
+
+        A reply cut at ``max_tokens`` is not JSON; a small model can loop in an unbounded
+        array or recursion until it is. So once the shortest completion needs nearly all
+        of the remaining tokens, it is appended instead, and the reply ends complete
+        (``stats.closed_at_budget`` says so).
+        """
+        if self.matcher is None or not self.close_at_budget or budget > CLOSING_WINDOW:
+            return None
+        text = self.matcher.shortest_completion()
+        if not text:
+            return None
+        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        if len(tokens) + CLOSING_MARGIN < budget:
+            return None
+        if self.llm.detokenize(tokens).decode("utf-8", errors="replace") != text:
+            return None
+        return tokens, text
+
+    def _append_unsampled(self, tokens: list[int], text: str) -> str:
+        """Append tokens chosen by the grammar: both grammars accept them, decode later."""
+        for token in tokens:
+            self._sampler.accept(token)
+        self.matcher.feed(text)
+        self.pending += tokens
+        self.stats.forced_tokens += len(tokens)
+        return text

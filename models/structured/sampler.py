@@ -67,18 +67,20 @@ class GrammarSampler:
         self.lib.llama_sampler_apply(self.grammar, ctypes.byref(array))
         return not math.isinf(float(self._one[0]["logit"]))
 
-    def sample(self) -> int:
-        """Choose the next token from the last decoded position's logits."""
+    def sample(self, index: int = -1) -> int:
+        """Choose the next token from the logits of row ``index`` of the last batch (the
+        last row by default; a batch of several replies has one row per reply)."""
         lib = self.lib
         if self.grammar is None:
-            return lib.llama_sampler_sample(self.chain, self.llm.ctx, -1)
+            return lib.llama_sampler_sample(self.chain, self.llm.ctx, index)
         if self.check_first:
-            token = lib.llama_sampler_sample(self.chain, self.llm.ctx, -1)
+            token = lib.llama_sampler_sample(self.chain, self.llm.ctx, index)
             if self.allowed(token):
                 lib.llama_sampler_accept(self.grammar, token)
                 return token
         self.full_masks += 1
-        logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.n_vocab,))
+        logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.llm.ctx, index),
+                                       shape=(self.n_vocab,))
         self._full["logit"] = logits
         self._full["p"] = 0.0
         array = self._array(self._full)

@@ -4,13 +4,17 @@ oracle reply of llama-cpp-python's own ``create_chat_completion``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 # Small and fast: two threads (CI has two cores), a context that holds any test chat.
-FAST_SETTINGS = dict(threads=2, batch_threads=2, context_length=1024)
+# QUANTDESK_TEST_THREADS=1 suits a machine busy with other work: llama.cpp's threads wait
+# for each other at every step, so two threads on two shared cores can be 10x slower.
+TEST_THREADS = int(os.environ.get("QUANTDESK_TEST_THREADS", "2"))
+FAST_SETTINGS = dict(threads=TEST_THREADS, batch_threads=TEST_THREADS, context_length=1024)
 
 
 @pytest.fixture(scope="module")

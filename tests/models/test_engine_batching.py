@@ -221,3 +221,35 @@ def test_engine_killed_mid_batch_fails_every_reply_then_recovers(smollm2_gguf):
         assert client.processes_started == 2
     finally:
         client.shutdown()
+
+
+def test_structured_replies_are_decoded_in_the_batch_beside_plain_ones(batched_engine):
+    """A JSON Schema reply joins the running batch instead of waiting for the engine to
+    itself: it is finished, valid, while a long plain reply is still being written (had it
+    waited, the plain reply would have run to its 400 tokens first). Its forced runs enter
+    the batch as several tokens of its sequence."""
+    import json
+
+    from models.structured.validate import validation_errors
+
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "colour": {"enum": ["red", "green", "blue"]},
+        "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["name", "colour", "count"], "additionalProperties": False}
+    long = ChatOptions(temperature=0.0, max_tokens=400, ignore_eos=True)
+    structured = ChatOptions(temperature=0.0, max_tokens=60, response_format="json_schema",
+                             schema=schema)
+    alone = batched_engine.chat(_ask("Describe a red ball as JSON."), structured).wait()
+    writer = batched_engine.chat(_ask("Write a long story about a cat."), long)
+    stream = iter(writer)
+    next(stream)  # the plain reply is generating
+    together = batched_engine.chat(_ask("Describe a red ball as JSON."), structured).wait()
+    writer.cancel()
+    for _ in stream:
+        pass
+    assert writer.stats.completion_tokens < 400 and writer.stop_reason == "cancelled"
+    for reply in (alone, together):
+        assert reply.stats.valid is True, reply.stats.validation_error
+        assert validation_errors(json.loads(reply.text), schema) == []
+        assert reply.stats.forced_tokens > 0 and reply.stop_reason == "stop"
