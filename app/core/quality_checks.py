@@ -264,6 +264,6 @@ def imatrix_for_plan(input_path: Path, settings: MeasureSettings,
     chunks = f"{settings.chunks} chunks" if settings.chunks else "the whole text"
     name = "the built-in text" if text.is_builtin else Path(text.name).name
     if found is not None:
-        return found, f"Reused: made earlier from {name} ({chunks} of {settings.n_ctx} tokens), {found}."
+        return found, f"Reused: made earlier from {name} ({chunks} of {settings.n_ctx} tokens), {found.name}."
     return None, (f"Made from {name} ({chunks} of {settings.n_ctx} tokens) as the job's first stage, "
                   "and kept for the next job.")

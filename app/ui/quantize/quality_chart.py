@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from PySide6.QtCore import QEvent
+from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
@@ -44,6 +44,7 @@ class QualityChart(QWidget):
         self._layout.addWidget(self._empty)
         self.plot = None  # a pyqtgraph PlotWidget, made for the first rows
         self.rows: list[QualityRow] = []
+        self._restyle_queued = False
 
     def set_rows(self, rows: Sequence[QualityRow]) -> None:
         """Draw ``rows`` (replacing what was drawn)."""
@@ -69,6 +70,10 @@ class QualityChart(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", "File size (MiB)")
         self.plot.setLabel("left", "Mean KL divergence")
+        for name in ("bottom", "left"):
+            self.plot.getAxis(name).enableAutoSIPrefix(False)  # not "(x0.001)" on a log axis
+        # room for the type names right of the points
+        self.plot.getViewBox().setDefaultPadding(0.12)
         self.plot.setMinimumHeight(220)
         self._layout.addWidget(self.plot)
         self._style()
@@ -87,7 +92,15 @@ class QualityChart(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() == QEvent.Type.PaletteChange and self.plot is not None:
+        if event.type() == QEvent.Type.PaletteChange and self.plot is not None and not self._restyle_queued:
+            # Not now: the change arrives while Qt re-polishes every widget for the new
+            # style sheet, and replacing the plot's items then crashes Qt.
+            self._restyle_queued = True
+            QTimer.singleShot(0, self._restyle)
+
+    def _restyle(self) -> None:
+        self._restyle_queued = False
+        if self.plot is not None:
             self._style()
             self._draw()
 
@@ -99,7 +112,8 @@ class QualityChart(QWidget):
         if plot.plotItem.legend is not None:
             plot.plotItem.legend.scene().removeItem(plot.plotItem.legend)
             plot.plotItem.legend = None
-        legend = plot.addLegend(offset=(-10, 10))
+        # bottom left: big files sit low on the right, small ones high on the left
+        legend = plot.addLegend(offset=(10, -10))
         text_color = self.palette().color(QPalette.ColorRole.Text)
         legend.setLabelTextColor(text_color)
         series = (("without an importance matrix", "o", color("info_border"), False),

@@ -34,7 +34,7 @@ def _size(n: int) -> str:
 
 
 def _imatrix_text(row: QualityRow) -> str:
-    return Path(row.imatrix).name if row.imatrix else "none"
+    return "yes" if row.imatrix else "no"
 
 
 QUALITY_COLUMNS = [
@@ -50,14 +50,18 @@ QUALITY_COLUMNS = [
                              f"{r.stats['kld_percentiles']['99.0%']:.4f}"),
     Column("Same top %", lambda r: f"{r.same_top_percent:.2f}", sort=lambda r: r.same_top_percent,
            align_right=True, tooltip=lambda r: f"{r.same_top_percent:.3f} ± {r.stats['same_top_percent_uncertainty']:.3f} %"),
-    Column("Imatrix", _imatrix_text, tooltip=lambda r: r.imatrix or "made without an importance matrix"),
+    Column("Imatrix", _imatrix_text, tooltip=lambda r: (f"Made with {r.imatrix}" if r.imatrix
+                                                         else "Made without an importance matrix")),
 ]
 
 
 def settings_text(settings: dict) -> str:
     """``"4 chunks of 32 tokens of quantdesk-builtin-v1"``: how a report was measured."""
+    from models.quality.text import BUILTIN_NAME
+
     chunks = settings.get("chunks")
-    text = Path(str(settings.get("text", "?"))).name
+    text = settings.get("text", "?")
+    text = "the built-in text" if text == BUILTIN_NAME else Path(str(text)).name
     return (f"{chunks} chunks" if chunks else "the whole text") + f" of {settings.get('n_ctx')} tokens of {text}"
 
 
@@ -93,6 +97,8 @@ class QualityPanel(QGroupBox):
         self.cancel_button.clicked.connect(self.cancel)
         row.addWidget(self.progress_bar, 1)
         row.addWidget(self.cancel_button)
+        self.progress_bar.hide()  # shown while a check runs
+        self.cancel_button.hide()
         layout.addLayout(row)
         self.progress_label = QLabel("")
         self.progress_label.setObjectName("qualityProgress")
@@ -159,6 +165,8 @@ class QualityPanel(QGroupBox):
             lambda: self._ended("cancelled", "Quality check cancelled; the reports finished before it are kept."),
             self._progress, owner=self)
         self.cancel_button.setEnabled(True)
+        self.progress_bar.show()
+        self.cancel_button.show()
         return self._worker
 
     def cancel(self) -> None:
@@ -198,3 +206,5 @@ class QualityPanel(QGroupBox):
         self._worker = None
         self.progress_bar.setRange(0, 1000)
         self.cancel_button.setEnabled(False)
+        self.progress_bar.hide()
+        self.cancel_button.hide()

@@ -48,13 +48,18 @@ class TypesModel(QAbstractListModel):
             self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1))
 
     def quality_text(self, name: str) -> str:
-        """``"KLD 0.0123, same top 94.1%"`` for a measured type (with and without an imatrix
-        when both were measured); ``""`` for one not measured."""
-        parts = []
-        for row in sorted(self._quality.get(name, []), key=lambda r: bool(r.imatrix)):
-            parts.append(f"KLD {row.mean_kld:.4f}, same top {row.same_top_percent:.1f}%"
-                         + (" with imatrix" if row.imatrix else ""))
-        return "; ".join(parts)
+        """``"KLD 0.0475, 0.0321 with imatrix"`` for a measured type (each file of it
+        measured, without an imatrix first); ``""`` for one not measured."""
+        rows = sorted(self._quality.get(name, []), key=lambda r: bool(r.imatrix))
+        if not rows:
+            return ""
+        return "KLD " + ", ".join(f"{r.mean_kld:.4f}" + (" with imatrix" if r.imatrix else "") for r in rows)
+
+    def quality_tooltip(self, name: str) -> str:
+        """Each measured file of type ``name``: KLD, same top token, perplexity."""
+        return "\n".join(f"Measured {r.path.name}: mean KLD {r.mean_kld:.5f}, same top token "
+                         f"{r.same_top_percent:.2f} %, PPL {r.ppl:.3f} ({r.delta_ppl_percent:+.2f} %)"
+                         for r in self._quality.get(name, []))
 
     def checked(self) -> list[str]:
         """Checked type names, in list order."""
@@ -78,7 +83,7 @@ class TypesModel(QAbstractListModel):
             text += " (needs an importance matrix)"
         quality = self.quality_text(row.name)
         if quality:
-            text += f" · measured: {quality}"
+            text += f" · {quality}"
         return text
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
@@ -92,8 +97,10 @@ class TypesModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DecorationRole:
             return fit_icon(row.fit)
         if role == Qt.ItemDataRole.ToolTipRole:
+            measured = self.quality_tooltip(row.name)
             return (f"{row.name}: exactly {row.file_size:,} bytes, {row.bits_per_weight:.3f} bits per weight.\n"
-                    f"Memory at the default load settings: {fit_word(row.fit)} ({row.fit_reason}).")
+                    f"Memory at the default load settings: {fit_word(row.fit)} ({row.fit_reason})."
+                    + (f"\n{measured}" if measured else ""))
         if role == TYPE_NAME_ROLE:
             return row.name
         return None
