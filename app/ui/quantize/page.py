@@ -222,7 +222,7 @@ class QuantizePage(Page):
         middle.addLayout(right, 3)
         outer.addLayout(middle, 1)
         self.quality_panel = QualityPanel(self)
-        self.quality_panel.rows_changed.connect(self.types_model.set_quality)
+        self.quality_panel.rows_changed.connect(self._quality_rows_changed)
         self.quality_panel.check_ended.connect(lambda *_: self._update_buttons())
         outer.addWidget(self.quality_panel)
         self._imatrix_mode_changed()
@@ -301,6 +301,13 @@ class QuantizePage(Page):
                                output_tensor_type=tensor_type(self.output_type_combo),
                                token_embedding_type=tensor_type(self.embedding_type_combo),
                                imatrix=imatrix)
+
+    def _quality_rows_changed(self, rows: list) -> None:
+        """Show the measured quality in the type list, when the rows are of the input on screen
+        (a check of an earlier input can end after another was opened)."""
+        source, shown = self.quality_panel.source, self._input_path
+        same = source is not None and shown is not None and Path(source).resolve() == Path(shown).resolve()
+        self.types_model.set_quality(rows if same else [])
 
     def _imatrix_mode(self) -> str:
         return self.imatrix_mode_combo.currentData()

@@ -65,6 +65,10 @@ def settings_text(settings: dict) -> str:
     return (f"{chunks} chunks" if chunks else "the whole text") + f" of {settings.get('n_ctx')} tokens of {text}"
 
 
+NOT_MEASURED = ("Quantize, then check the quality of what was written: each file is measured against its "
+                "source (perplexity, KL divergence, same top token), as llama-perplexity does.")
+
+
 class QualityPanel(QGroupBox):
     """The quality table and chart of one source, and the "Check quality" job."""
 
@@ -81,8 +85,7 @@ class QualityPanel(QGroupBox):
         self._load_generation = 0
         self._stages = StageClock()
         layout = QVBoxLayout(self)
-        self.summary = QLabel("Quantize, then check the quality of what was written: each file is measured "
-                              "against its source (perplexity, KL divergence, same top token).")
+        self.summary = QLabel(NOT_MEASURED)
         self.summary.setObjectName("qualitySummary")
         self.summary.setWordWrap(True)
         layout.addWidget(self.summary)
@@ -146,6 +149,8 @@ class QualityPanel(QGroupBox):
             self.summary.setText(f"{len(self.rows)} file(s) measured against {self.source.name if self.source else '?'}"
                                  f", on {'; '.join(sorted(measured))}. Lower KLD is closer to the source; pick "
                                  "the smallest file whose KLD you can accept.")
+        else:
+            self.summary.setText(NOT_MEASURED)
         self.rows_changed.emit(self.rows)
 
     # ----------------------------------------------------------------- the check
