@@ -24,6 +24,7 @@ from app.core.errors import QuantDeskError
 from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
+from app.ui.widgets.quality_text import quality_text, quality_tooltip
 from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
@@ -52,23 +53,6 @@ LIBRARY_COLUMNS = [
     Column("Chat template", lambda m: "yes" if m.chat_template else "no"),
     Column("Added", lambda m: dt.datetime.fromtimestamp(m.added).strftime("%Y-%m-%d"), sort=lambda m: m.added),
 ]
-
-
-def quality_text(record) -> str:
-    """The Quality column: ``"KLD 0.0123"``, or ``"–"`` for a file never measured."""
-    return f"KLD {record.stats['mean_kld']:.4f}" if record is not None else "–"
-
-
-def quality_tooltip(record) -> str:
-    """The stored report of a file, in a few lines."""
-    if record is None:
-        return "Not measured: quantize it on the Quantize page and use Check quality, or run quantdesk eval."
-    s = record.stats
-    return (f"Measured against {Path(record.base).name}\n"
-            f"Mean KLD {s['mean_kld']:.5f} ± {s['mean_kld_uncertainty']:.5f}\n"
-            f"Same top token {s['same_top_percent']:.2f} %\n"
-            f"PPL {s['ppl']:.4f} (source {s['base_ppl']:.4f})\n"
-            f"{record.settings.get('tokens', '?')} tokens of {Path(str(record.settings.get('text', '?'))).name}")
 
 
 class LibraryPanel(QWidget):

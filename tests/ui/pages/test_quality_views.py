@@ -1,12 +1,17 @@
-"""The quality chart and table on their own: what they draw, and a theme change while shown."""
+"""The quality chart and table on their own (what they draw, a theme change while shown), and a
+measured file in the Chat page's model picker."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 
 from app.core.quality_checks import QualityRow
+from app.ui.chat.side_panel import PATH_ROLE
+
+TIP = Qt.ItemDataRole.ToolTipRole
 
 
 def _row(name: str, size_mib: float, kld: float, imatrix: str = "") -> QualityRow:
@@ -46,3 +51,23 @@ def test_chart_draws_each_file_and_follows_a_theme_change(qtbot):
             assert len([i for i in panel.chart.plot.plotItem.items if hasattr(i, "toPlainText")]) == 4
     finally:
         apply_theme(before)
+
+
+def test_the_chat_model_picker_says_a_measured_files_kld(qtbot, tmp_path):
+    from app.ui.chat.side_panel import ModelListModel
+    from models.library import Library
+    from tests.models.library_gguf import write_gguf
+
+    library = Library()
+    source = write_gguf(tmp_path / "m-F16.gguf", file_type=1)
+    measured = library.add(write_gguf(tmp_path / "m-Q4_K_M.gguf", file_type=15), "quantized")
+    other = library.add(write_gguf(tmp_path / "m-Q8_0.gguf", file_type=7), "quantized")
+    library.record_quality(Path(measured.path), source, {"text": "quantdesk-builtin-v1", "tokens": 900},
+                           ROWS[2].stats)
+    picker = ModelListModel()
+    picker.set_library(library.models(), library.quality_reports())
+    labels = {picker.index(r).data(PATH_ROLE): (picker.index(r).data(), picker.index(r).data(TIP))
+              for r in range(picker.rowCount())}
+    label, tip = labels[measured.path]
+    assert label.endswith(" · KLD 0.0320") and "Measured against m-F16.gguf" in tip and "900 tokens" in tip
+    assert "KLD" not in labels[other.path][0] and labels[other.path][1] == other.path
