@@ -387,15 +387,25 @@ class Library:
     def quality(self, path: Path) -> Optional[QualityRecord]:
         """``path``'s stored quality report, or ``None`` (none, or the file changed since)."""
         path = Path(path).resolve()
+        return self._quality_where("path = ?", (str(path),)).get(str(path))
+
+    def quality_reports(self, base: Optional[Path] = None) -> dict[str, QualityRecord]:
+        """Every stored quality report still valid (its file unchanged), by file path; only
+        those measured against ``base`` when it is given (the quants of one source)."""
+        if base is None:
+            return self._quality_where("1", ())
+        return self._quality_where("base = ?", (str(Path(base).resolve()),))
+
+    def _quality_where(self, condition: str, values: tuple) -> dict[str, QualityRecord]:
         with self._db() as db:
-            row = db.execute("SELECT size, mtime_ns, base, settings, stats, measured FROM quality "
-                             "WHERE path = ?", (str(path),)).fetchone()
-        if row is None:
-            return None
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        if (st.st_size, st.st_mtime_ns) != (row[0], row[1]):
-            return None
-        return QualityRecord(row[2], json.loads(row[3]), json.loads(row[4]), row[5])
+            rows = db.execute("SELECT path, size, mtime_ns, base, settings, stats, measured FROM quality "
+                              f"WHERE {condition}", values).fetchall()
+        found = {}
+        for row in rows:
+            try:
+                st = Path(row[0]).stat()
+            except OSError:
+                continue
+            if (st.st_size, st.st_mtime_ns) == (row[1], row[2]):
+                found[row[0]] = QualityRecord(row[3], json.loads(row[4]), json.loads(row[5]), row[6])
+        return found

@@ -245,6 +245,9 @@ class QuantizeRequest:
     options: Any = None  # quantize.job.QuantizeOptions
     folder: Optional[Path] = None
     pattern: str = DEFAULT_PATTERN
+    #: Make (or reuse) the input's importance matrix on this text first and quantize with
+    #: it (:func:`app.core.quality_checks.make_imatrix`); ``None``: ``options.imatrix`` as given.
+    imatrix_from: Any = None  # app.core.quality_checks.MeasureSettings
 
     def targets(self) -> list:
         """:class:`~quantize.job.QuantizeTarget` for each type, named by :func:`output_path`."""
@@ -259,13 +262,22 @@ def run_quantize(request: QuantizeRequest, report: Optional[ProgressCallback] = 
                  cancel: Optional[CancelToken] = None, library: Any = None) -> JobResult:
     """Quantize ``request`` (one pass for all its types) and record each output in the Library.
 
+    With ``request.imatrix_from`` the job's first stage is the importance matrix (made in
+    the quality process, or reused when made before for the same source and text).
     Outputs are written atomically by the quantizer: a cancel or failure leaves nothing.
     """
+    import dataclasses
+
     from models.library import Library
     from quantize.job import QuantizeOptions, quantize_model
 
-    result = quantize_model(request.input, request.targets(), request.options or QuantizeOptions(),
-                            report, cancel)
+    options = request.options or QuantizeOptions()
+    if request.imatrix_from is not None:
+        from app.core.quality_checks import make_imatrix
+
+        made = make_imatrix(request.input, request.imatrix_from, report, cancel)
+        options = dataclasses.replace(options, imatrix=made.path)
+    result = quantize_model(request.input, request.targets(), options, report, cancel)
     library = library or Library()
     for path in result.outputs:
         library.record_output(path, "quantized")

@@ -24,16 +24,18 @@ class ModelControl:
 
     @staticmethod
     def _scan_library():
+        """The Library's models and their stored quality reports (read off the GUI thread)."""
         from models.library import Library
 
         library = Library()
         library.scan()
-        return library.models()
+        return library.models(), library.quality_reports()
 
-    def _library_arrived(self, models: list) -> None:
+    def _library_arrived(self, listing: tuple) -> None:
         """The background Library scan's list: into the picker; and a reopened
         conversation whose relative model path was not found yet is looked at again."""
-        self.panel.set_library(models)
+        models, quality = listing
+        self.panel.set_library(models, quality)
         waiting, self._awaiting_library = self._awaiting_library, None
         if waiting is not None and waiting[0] == self.conversation_id and self._model_notice \
                 and self.banner.text() == self._model_notice:

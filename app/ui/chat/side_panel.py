@@ -13,6 +13,7 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QSize, Qt, QTimer
 from shiboken6 import isValid
 from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
+from app.ui.widgets.quality_text import quality_text, quality_tooltip
 from app.ui.widgets.sizes import human_size
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -26,8 +27,10 @@ class ModelListModel(QAbstractListModel):
         self._rows: list[tuple[str, str, str]] = []  # path, label, tooltip
         self.library_known = False  # the Library's list has arrived (it is read off the GUI thread)
 
-    def set_library(self, models: list) -> None:
-        """Rows from :class:`~models.library.LibraryModel` entries (GGUF only)."""
+    def set_library(self, models: list, quality: Optional[dict] = None) -> None:
+        """Rows from :class:`~models.library.LibraryModel` entries (GGUF only); a file with a
+        stored quality report (``quality``: path → :class:`~models.library.QualityRecord`)
+        says its KLD in the label and the report in the tooltip."""
         rows = []
         for m in models:
             if m.kind != "gguf" or m.error:
@@ -35,7 +38,12 @@ class ModelListModel(QAbstractListModel):
             template = "chat template" if m.chat_template else "no chat template"
             ctx = f"{m.context_length:,} ctx" if m.context_length else "ctx ?"
             label = f"{m.name} · {m.quant or '?'} · {human_size(m.size)} · {ctx} · {template}"
-            rows.append((m.path, label, m.path))
+            tip = m.path
+            record = (quality or {}).get(m.path)
+            if record is not None:
+                label += f" · {quality_text(record)}"
+                tip += "\n" + quality_tooltip(record)
+            rows.append((m.path, label, tip))
         extra = [r for r in self._rows if r[0] not in {p for p, _, _ in rows}]
         self.beginResetModel()
         self._rows = rows + extra
@@ -171,10 +179,11 @@ class SidePanel(QScrollArea):
         """Make ``path`` the picker's choice (added as a row when the Library lacks it)."""
         self.model_picker.setCurrentIndex(self.models.add_path(Path(path)))
 
-    def set_library(self, models: list) -> None:
-        """New Library rows; the picker keeps showing the model it showed (a reset of the
-        list would otherwise jump it to the first row while another model is loaded)."""
+    def set_library(self, models: list, quality: Optional[dict] = None) -> None:
+        """New Library rows (and their stored quality reports); the picker keeps showing the
+        model it showed (a reset of the list would otherwise jump it to the first row while
+        another model is loaded)."""
         shown = self.current_model()
-        self.models.set_library(models)
+        self.models.set_library(models, quality)
         if shown is not None:
             self.show_model(shown)

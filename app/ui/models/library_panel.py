@@ -4,6 +4,9 @@ The table is a :class:`~app.ui.widgets.rows_model.RowsTableModel` over
 :class:`models.library.LibraryModel` rows (one object per row, no widget per row) behind
 a :class:`QSortFilterProxyModel`. Opening shows the index as stored (SQLite, milliseconds)
 and then rescans the disk off the GUI thread, so hundreds of files are usable at once.
+A file with a stored quality report (the Quantize page's "Check quality", ``quantdesk
+eval``) shows its mean KL divergence from its source in the Quality column, the rest of
+the report in its tooltip.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from app.core.errors import QuantDeskError
 from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
+from app.ui.widgets.quality_text import quality_text, quality_tooltip
 from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
 
@@ -63,7 +67,11 @@ class LibraryPanel(QWidget):
         self.banner = banner
         self.pool = pool
         self._library = None
-        self.model = RowsTableModel(LIBRARY_COLUMNS, self)
+        self.quality: dict = {}  # path → models.library.QualityRecord of the files measured
+        quality = Column("Quality", lambda m: quality_text(self.quality.get(m.path)),
+                         sort=lambda m: self.quality[m.path].stats["mean_kld"] if m.path in self.quality else None,
+                         tooltip=lambda m: quality_tooltip(self.quality.get(m.path)), align_right=True)
+        self.model = RowsTableModel([*LIBRARY_COLUMNS[:6], quality, *LIBRARY_COLUMNS[6:]], self)
         self.proxy = RowsFilterProxy(self)
         self.proxy.setSourceModel(self.model)
 
@@ -91,7 +99,7 @@ class LibraryPanel(QWidget):
         # hundreds of rows instant.
         self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column, width in enumerate((0, 110, 90, 80, 80, 90, 90, 105, 95)):
+        for column, width in enumerate((0, 110, 90, 80, 80, 90, 95, 90, 105, 95)):
             if width:
                 self.view.setColumnWidth(column, width)
         self.view.setSortingEnabled(True)
@@ -131,6 +139,7 @@ class LibraryPanel(QWidget):
 
     def _show(self, rows) -> None:
         selected = self.selected()
+        self.quality = self.library.quality_reports()
         self.model.set_rows(rows)
         if selected is not None:
             self.select_path(selected.path)

@@ -8,10 +8,19 @@ older plan. "Start quantizing" adds one job (every checked type in one pass) to 
 Qt-free :class:`~app.core.quantize_queue.QuantizeQueue`; jobs run one at a time, with
 progress per tensor and an ETA, and a cancel leaves no file behind. Finished outputs are
 recorded in the Library and listed here with "Chat with it".
+
+The importance matrix can be none, a file, or made here from the calibration text (the
+built-in one or a file): then it is the job's first stage, with its own progress, and a
+matrix made earlier for the same source, text and chunks is reused (the sizes are planned
+with it). "Check quality" (or the option to check after each job) measures the written
+files against their source in the quality process and shows the report below
+(:class:`~app.ui.quantize.quality_panel.QualityPanel`); the type list shows the measured
+KLD of the types already checked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Optional
@@ -19,16 +28,18 @@ from typing import Optional
 from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
-    QListView, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget,
+    QListView, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import StageClock
+from app.core.quality_checks import MeasureSettings, imatrix_for_plan, measuring_source
 from app.core.quantize_queue import (
     DEFAULT_PATTERN, QuantizeInput, QuantizeQueue, QuantizeRequest, QueuedJob, default_output_folder,
     eta_text, inspect_input, run_quantize, saved_load_settings,
 )
 from app.ui.pages import Page
+from app.ui.quantize.quality_panel import QualityPanel
 from app.ui.quantize.types_model import TypesModel
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.page_frame import field_with_button, page_layout
@@ -36,6 +47,8 @@ from app.ui.worker import JobWorker, start_job
 
 log = logging.getLogger(__name__)
 _SAME_AS_RECIPE = "as the type chooses"
+#: The importance matrix choices, as the combo box lists them (its item data).
+IMATRIX_MODES = (("none", "None"), ("file", "From a file"), ("make", "Made here from the calibration text"))
 
 
 def _params(n: int) -> str:
@@ -67,6 +80,7 @@ class QuantizePage(Page):
         self._plan_generation = 0
         self._job_worker: Optional[JobWorker] = None
         self._running: Optional[QueuedJob] = None
+        self._last_done: Optional[QueuedJob] = None  # whose outputs "Check quality" measures
         self._stages = StageClock()  # the running job's: its ETA counts from the current stage's start
         self._replan_timer = QTimer(self, singleShot=True, interval=250)
         self._replan_timer.timeout.connect(self._replan)
@@ -110,11 +124,22 @@ class QuantizePage(Page):
 
         options_box = QGroupBox("Options")
         form = QFormLayout(options_box)
+        self.imatrix_mode_combo = QComboBox()
+        self.imatrix_mode_combo.setAccessibleName("Importance matrix")
+        for mode, text in IMATRIX_MODES:
+            self.imatrix_mode_combo.addItem(text, mode)
+        self.imatrix_mode_combo.currentIndexChanged.connect(self._imatrix_mode_changed)
+        form.addRow("Importance matrix:", self.imatrix_mode_combo)
         self.imatrix_edit = QLineEdit()
         self.imatrix_edit.editingFinished.connect(self._options_changed)
-        form.addRow("Importance matrix:", field_with_button(
+        self.imatrix_file_row = field_with_button(
             self.imatrix_edit, "Importance matrix file", "Browse…", "Choose an importance matrix file",
-            self._choose_imatrix, "none (Q2_K_S needs one)"))
+            self._choose_imatrix, "an .imatrix.gguf or .dat file")
+        form.addRow("Matrix file:", self.imatrix_file_row)
+        self.imatrix_note = QLabel("Q2_K_S needs one; the low-bit types lose less with one.")
+        self.imatrix_note.setObjectName("imatrixNote")
+        self.imatrix_note.setWordWrap(True)
+        form.addRow("", self.imatrix_note)
         self.pure_check = QCheckBox("Pure: every weight in the type's default (no k-quant mixture)")
         self.pure_check.setAccessibleName("Pure")
         self.pure_check.toggled.connect(self._options_changed)
@@ -137,6 +162,7 @@ class QuantizePage(Page):
         self.pattern_edit.setAccessibleName("File name pattern")
         form.addRow("File name:", self.pattern_edit)
         left.addWidget(options_box)
+        left.addWidget(self._build_measuring())
         left.addStretch(1)
         middle.addLayout(left, 2)
 
@@ -183,10 +209,59 @@ class QuantizePage(Page):
         self.chat_button.setAccessibleName("Chat with it")
         self.chat_button.setEnabled(False)
         self.chat_button.clicked.connect(self.chat_with_output)
-        right.addWidget(self.chat_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.check_button = QPushButton("Check quality")
+        self.check_button.setAccessibleName("Check quality")
+        self.check_button.setToolTip("Measure the written files against their source: perplexity, "
+                                     "KL divergence and same top token, as llama-perplexity does.")
+        self.check_button.clicked.connect(lambda _checked=False: self.check_quality())
+        after = QHBoxLayout()
+        after.addWidget(self.chat_button)
+        after.addWidget(self.check_button)
+        after.addStretch(1)
+        right.addLayout(after)
         middle.addLayout(right, 3)
         outer.addLayout(middle, 1)
+        self.quality_panel = QualityPanel(self)
+        self.quality_panel.rows_changed.connect(self._quality_rows_changed)
+        self.quality_panel.check_ended.connect(lambda *_: self._update_buttons())
+        outer.addWidget(self.quality_panel)
+        self._imatrix_mode_changed()
         self._update_buttons()
+
+    def _build_measuring(self) -> QGroupBox:
+        """The texts and chunking of importance matrices and quality checks."""
+        box = QGroupBox("Measuring")
+        form = QFormLayout(box)
+        self.calibration_edit = QLineEdit()
+        self.calibration_edit.editingFinished.connect(self._options_changed)
+        form.addRow("Calibration text:", field_with_button(
+            self.calibration_edit, "Calibration text file", "Browse…", "Choose a calibration text file",
+            lambda: self._choose_text(self.calibration_edit), "the built-in text"))
+        self.evaluation_edit = QLineEdit()
+        form.addRow("Evaluation text:", field_with_button(
+            self.evaluation_edit, "Evaluation text file", "Browse…", "Choose an evaluation text file",
+            lambda: self._choose_text(self.evaluation_edit), "the built-in text"))
+        chunking = QHBoxLayout()
+        self.chunk_size_spin = QSpinBox()
+        self.chunk_size_spin.setAccessibleName("Tokens per chunk")
+        self.chunk_size_spin.setRange(16, 16384)
+        self.chunk_size_spin.setValue(512)
+        self.chunk_size_spin.setSuffix(" tokens")
+        self.chunks_spin = QSpinBox()
+        self.chunks_spin.setAccessibleName("Chunks")
+        self.chunks_spin.setRange(0, 100000)
+        self.chunks_spin.setSpecialValueText("the whole text")
+        self.chunks_spin.setPrefix("at most ")
+        self.chunks_spin.setSuffix(" chunks")
+        for spin in (self.chunk_size_spin, self.chunks_spin):
+            spin.valueChanged.connect(self._options_changed)
+        chunking.addWidget(self.chunk_size_spin)
+        chunking.addWidget(self.chunks_spin, 1)
+        form.addRow("Chunks:", chunking)
+        self.auto_check = QCheckBox("Check quality when a job finishes")
+        self.auto_check.setAccessibleName("Check quality when a job finishes")
+        form.addRow("", self.auto_check)
+        return box
 
     # ----------------------------------------------------------------- input
     def on_shown(self) -> None:
@@ -210,6 +285,7 @@ class QuantizePage(Page):
         for label in self.fact_labels.values():
             label.setText("–")
         self.folder_edit.setPlaceholderText(str(default_output_folder(self._input_path)))
+        self.quality_panel.show_source(self._input_path)
         self._replan()
 
     def _options(self):
@@ -220,11 +296,39 @@ class QuantizePage(Page):
             text = combo.currentText()
             return None if text == _SAME_AS_RECIPE else parse_tensor_type(text)
 
-        imatrix = self.imatrix_edit.text().strip() or None
+        imatrix = (self.imatrix_edit.text().strip() or None) if self._imatrix_mode() == "file" else None
         return QuantizeOptions(pure=self.pure_check.isChecked(),
                                output_tensor_type=tensor_type(self.output_type_combo),
                                token_embedding_type=tensor_type(self.embedding_type_combo),
                                imatrix=imatrix)
+
+    def _quality_rows_changed(self, rows: list) -> None:
+        """Show the measured quality in the type list, when the rows are of the input on screen
+        (a check of an earlier input can end after another was opened)."""
+        source, shown = self.quality_panel.source, self._input_path
+        same = source is not None and shown is not None and Path(source).resolve() == Path(shown).resolve()
+        self.types_model.set_quality(rows if same else [])
+
+    def _imatrix_mode(self) -> str:
+        return self.imatrix_mode_combo.currentData()
+
+    def _measure_settings(self, text_edit: QLineEdit) -> MeasureSettings:
+        return MeasureSettings(text_edit.text().strip() or None, self.chunk_size_spin.value(),
+                               self.chunks_spin.value() or None)
+
+    def _imatrix_recipe(self) -> Optional[MeasureSettings]:
+        """How the job makes its importance matrix, or ``None`` when it does not make one."""
+        return self._measure_settings(self.calibration_edit) if self._imatrix_mode() == "make" else None
+
+    def _imatrix_mode_changed(self, *_args) -> None:
+        mode = self._imatrix_mode()
+        for i in range(self.imatrix_file_row.count()):
+            self.imatrix_file_row.itemAt(i).widget().setEnabled(mode == "file")
+        if mode == "none":
+            self.imatrix_note.setText("Q2_K_S needs one; the low-bit types lose less with one.")
+        elif mode == "file":
+            self.imatrix_note.setText("Made by quantdesk imatrix or llama-imatrix for this model.")
+        self._options_changed()
 
     def _options_changed(self, *_args) -> None:
         if self._input_path is not None:
@@ -238,16 +342,27 @@ class QuantizePage(Page):
             self._plan_worker.cancel()
         self._plan_generation += 1
         generation = self._plan_generation
-        path, options = self._input_path, self._options()
+        path, options, recipe = self._input_path, self._options(), self._imatrix_recipe()
         load_settings = saved_load_settings()
+
+        def plan(report, cancel) -> tuple[QuantizeInput, str]:
+            note = ""
+            planned_options = options
+            if recipe is not None:  # plan with the matrix made earlier, if there is one
+                found, note = imatrix_for_plan(path, recipe)
+                if found is not None:
+                    planned_options = dataclasses.replace(options, imatrix=found)
+            return inspect_input(path, planned_options, load_settings, cancel=cancel), note
+
         self._plan_worker = start_job(
-            lambda report, cancel: inspect_input(path, options, load_settings, cancel=cancel),
-            lambda result: self._planned(generation, result), lambda text: self._plan_failed(generation, text),
+            plan, lambda result: self._planned(generation, *result), lambda text: self._plan_failed(generation, text),
             owner=self)
 
-    def _planned(self, generation: int, result: QuantizeInput) -> None:
+    def _planned(self, generation: int, result: QuantizeInput, imatrix_note: str = "") -> None:
         if generation != self._plan_generation:
             return  # an older input's plan, replaced meanwhile
+        if imatrix_note:
+            self.imatrix_note.setText(imatrix_note)
         self.input = result
         self.input_label.setText(str(result.path))
         values = {"Model": Path(result.path).name, "Architecture": result.architecture,
@@ -287,6 +402,12 @@ class QuantizePage(Page):
             self.imatrix_edit.setText(name)
             self._options_changed()
 
+    def _choose_text(self, edit: QLineEdit) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Choose a text file", "", "Text (*.txt);;All files (*)")
+        if name:
+            edit.setText(name)
+            self._options_changed()
+
     def _choose_output_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose the output folder")
         if folder:
@@ -301,9 +422,12 @@ class QuantizePage(Page):
         folder_text = self.folder_edit.text().strip()
         request = QuantizeRequest(self.input.path, self.types_model.checked(), self._options(),
                                   Path(folder_text).expanduser() if folder_text else None,
-                                  self.pattern_edit.text().strip() or DEFAULT_PATTERN)
+                                  self.pattern_edit.text().strip() or DEFAULT_PATTERN, self._imatrix_recipe())
         try:
             request.targets()  # a bad pattern is said now, not when the job starts
+            if request.imatrix_from is not None:  # and a folder or a missing text file too
+                measuring_source(request.input)
+                request.imatrix_from.text()
             job = self.queue.add(request)
         except QuantDeskError as exc:
             self.banner.show_message(exc.user_message, level="error")
@@ -359,8 +483,11 @@ class QuantizePage(Page):
         self.progress_label.setText(f"Done: {len(paths)} file(s) written and added to the Library.")
         self.banner.show_message(f"Wrote {', '.join(Path(p).name for p in paths)}.", level="info",
                                  action_text="Chat with it", on_action=self.chat_with_output)
+        self._last_done = job
         self._after_job(job)
         self.job_finished.emit([Path(p) for p in paths])
+        if self.auto_check.isChecked() and paths:
+            self.check_quality()
 
     def _job_ended(self, job: QueuedJob, state: str, text: str) -> None:
         self.queue.finish(job, state, text)
@@ -397,14 +524,34 @@ class QuantizePage(Page):
         if hasattr(window, "open_path"):
             window.open_path(path)
 
+    def check_quality(self):
+        """Measure the latest job's outputs against its input (off the GUI thread); the
+        report shows below. Returns the worker, or ``None`` when nothing can be checked."""
+        job = self._last_done
+        if job is None or not job.outputs or self.quality_panel.busy:
+            return None
+        try:
+            source = measuring_source(job.request.input)
+            settings = self._measure_settings(self.evaluation_edit)
+            settings.text()
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="error")
+            return None
+        worker = self.quality_panel.check(job.outputs, source, settings)
+        self._update_buttons()
+        return worker
+
     def _update_buttons(self) -> None:
         busy = self.input is not None and self.queue.is_busy(self.input.path)
         self.start_button.setEnabled(self.input is not None and bool(self.types_model.checked()) and not busy)
         self.cancel_button.setEnabled(self._job_worker is not None)
         self.chat_button.setEnabled(self.outputs_model.rowCount() > 0)
+        self.check_button.setEnabled(self._last_done is not None and bool(self._last_done.outputs)
+                                     and not self.quality_panel.busy)
 
     def shutdown(self) -> None:
         """The window is closing: cancel the plan and the running job (no partial files stay)."""
         if self._plan_worker is not None:
             self._plan_worker.cancel()
         self.cancel()
+        self.quality_panel.cancel()

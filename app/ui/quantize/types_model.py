@@ -1,4 +1,5 @@
-"""The list of target types: one checkable row per type with its exact size and fit badge."""
+"""The list of target types: one checkable row per type with its exact size and fit badge,
+and the measured quality of the types already checked for this source."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class TypesModel(QAbstractListModel):
     The display text starts with the type name (``"Q4_K_M 4.89 bpw 81.23 MiB — fits"``), so
     assistive tools and tests find a type by its name; the exact byte count is in the
     tooltip. Checked names survive a re-plan (an option changed): :meth:`set_rows` keeps them.
+    A type whose output was measured (:meth:`set_quality`) says its mean KLD and same-top
+    share, so a person choosing a type sees what it cost.
     """
 
     checked_changed = Signal()
@@ -26,6 +29,7 @@ class TypesModel(QAbstractListModel):
         super().__init__(parent)
         self.rows: list[TypeRow] = []
         self._checked: set[str] = set()
+        self._quality: dict[str, list] = {}  # type name → QualityRow of each measured file
 
     def set_rows(self, rows: Sequence[TypeRow]) -> None:
         self.beginResetModel()
@@ -33,6 +37,29 @@ class TypesModel(QAbstractListModel):
         self._checked &= {r.name for r in rows}
         self.endResetModel()
         self.checked_changed.emit()
+
+    def set_quality(self, rows: Sequence) -> None:
+        """Show the measured quality of these :class:`~app.core.quality_checks.QualityRow` rows
+        beside their types (the source's, replacing earlier ones)."""
+        self._quality = {}
+        for row in rows:
+            self._quality.setdefault(row.type_name, []).append(row)
+        if self.rows:
+            self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1))
+
+    def quality_text(self, name: str) -> str:
+        """``"KLD 0.0475, 0.0321 with imatrix"`` for a measured type (each file of it
+        measured, without an imatrix first); ``""`` for one not measured."""
+        rows = sorted(self._quality.get(name, []), key=lambda r: bool(r.imatrix))
+        if not rows:
+            return ""
+        return "KLD " + ", ".join(f"{r.mean_kld:.4f}" + (" with imatrix" if r.imatrix else "") for r in rows)
+
+    def quality_tooltip(self, name: str) -> str:
+        """Each measured file of type ``name``: KLD, same top token, perplexity."""
+        return "\n".join(f"Measured {r.path.name}: mean KLD {r.mean_kld:.5f}, same top token "
+                         f"{r.same_top_percent:.2f} %, PPL {r.ppl:.3f} ({r.delta_ppl_percent:+.2f} %)"
+                         for r in self._quality.get(name, []))
 
     def checked(self) -> list[str]:
         """Checked type names, in list order."""
@@ -50,11 +77,13 @@ class TypesModel(QAbstractListModel):
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    @staticmethod
-    def text_of(row: TypeRow) -> str:
+    def text_of(self, row: TypeRow) -> str:
         text = f"{row.text} — {fit_word(row.fit)}"
         if row.needs_imatrix:
             text += " (needs an importance matrix)"
+        quality = self.quality_text(row.name)
+        if quality:
+            text += f" · {quality}"
         return text
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
@@ -68,8 +97,10 @@ class TypesModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DecorationRole:
             return fit_icon(row.fit)
         if role == Qt.ItemDataRole.ToolTipRole:
+            measured = self.quality_tooltip(row.name)
             return (f"{row.name}: exactly {row.file_size:,} bytes, {row.bits_per_weight:.3f} bits per weight.\n"
-                    f"Memory at the default load settings: {fit_word(row.fit)} ({row.fit_reason}).")
+                    f"Memory at the default load settings: {fit_word(row.fit)} ({row.fit_reason})."
+                    + (f"\n{measured}" if measured else ""))
         if role == TYPE_NAME_ROLE:
             return row.name
         return None

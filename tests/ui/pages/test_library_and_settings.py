@@ -44,7 +44,8 @@ def test_library_lists_sorts_filters_and_acts(qtbot, window, tiny_ggufs, tmp_pat
     qtbot.waitUntil(lambda: library.model.rowCount() == 2, timeout=10000)
     assert library.view.accessibleName() == "Library"
     header = [library.model.headerData(c, Qt.Orientation.Horizontal) for c in range(library.model.columnCount())]
-    assert header[:8] == ["Name", "Architecture", "Parameters", "Quant", "Context", "Size", "Source", "Chat template"]
+    assert header[:9] == ["Name", "Architecture", "Parameters", "Quant", "Context", "Size", "Quality", "Source",
+                          "Chat template"]
     library.view.sortByColumn(header.index("Size"), Qt.SortOrder.DescendingOrder)
     first = library.model.row_at(library.proxy.index(0, 0))
     assert first.quant == "F16" and first.source == "imported"

@@ -4,14 +4,9 @@ Saved in ``tests/artifacts/pages/`` (or ``$QUANTDESK_ARTIFACTS/pages``) for a pe
 look at; the test checks each one was drawn (many colours, the window's size).
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.ui.screenshot_check import take_screenshots
 from tests.ui.test_real_window_xvfb import xvfb_display  # noqa: F401 (fixture)
 
 STATES = ["library", "hub-details", "downloads", "quantize-sizes", "quantize-progress", "settings",
@@ -20,17 +15,4 @@ STATES = ["library", "hub-details", "downloads", "quantize-sizes", "quantize-pro
 
 @pytest.mark.xvfb
 def test_page_screenshots_light_and_dark(xvfb_display):  # noqa: F811
-    from PySide6.QtGui import QImage
-
-    out = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts")) / "pages"
-    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
-    env.update(DISPLAY=xvfb_display, QT_QPA_PLATFORM="xcb", PYTHONPATH=str(REPO_ROOT))
-    run = subprocess.run([sys.executable, "-m", "tests.ui.pages.screenshots", str(out)], cwd=REPO_ROOT,
-                         env=env, capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr[-3000:]
-    for theme in ("light", "dark"):
-        for state in STATES:
-            image = QImage(str(out / f"{state}-{theme}.png"))
-            assert (image.width(), image.height()) == (1280, 800), state
-            colours = {image.pixel(x, y) for x in range(0, 1280, 9) for y in range(0, 800, 9)}
-            assert len(colours) > 20, f"{state}-{theme} is blank"
+    take_screenshots(xvfb_display, "tests.ui.pages.screenshots", [], STATES, timeout=240)
