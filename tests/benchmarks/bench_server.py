@@ -20,7 +20,10 @@ request so that load from other processes hits both alike. Printed, with ratios:
    its whole conversation plus one new message. Time to first token of the resumed turns
    over the cold ones, both servers. Goal ≤ 0.1.
 4. **4 concurrent clients** (4 slots, ``--parallel 4`` / ``-np 4``): total generated tok/s
-   of 4 streams of 128 tokens started together. Goal ≥ llama-server's.
+   of 4 streams of 128 tokens started together. Goal ≥ llama-server's. Then each of those
+   requests again alone: how many of the batched greedy replies differ from the reply
+   alone, and after how many characters (llama.cpp's batched kernels round a little
+   differently, so a near-tie can go the other way), for both servers.
 
 Our server runs as ``quantdesk serve MODEL`` in a QuantDesk home of its own (a temporary
 folder: its Library holds the GGUF, its default load settings are the ones above).
@@ -324,14 +327,17 @@ def bench_concurrent(servers: list[Server], model_id: str, runs: int) -> None:
     import httpx
 
     totals: dict[str, list[float]] = {s.name: [] for s in servers}
+    batched: dict[str, dict[int, str]] = {s.name: {} for s in servers}
     for run in range(runs):
         for server in servers:
             replies: list[Reply] = []
 
             def one(client: int) -> None:
                 with httpx.Client(timeout=600) as http:
-                    replies.append(chat(http, server, model_id,
-                                        short_messages(100 * run + client), DECODE_TOKENS))
+                    reply = chat(http, server, model_id, short_messages(100 * run + client),
+                                 DECODE_TOKENS)
+                    replies.append(reply)
+                    batched[server.name][100 * run + client] = reply.text
             threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
             started = time.perf_counter()
             for thread in threads:
@@ -345,6 +351,17 @@ def bench_concurrent(servers: list[Server], model_id: str, runs: int) -> None:
               flush=True)
     print(ratio_line(f"4 concurrent clients, total tok/s (median of {runs})",
                      [statistics.median(totals[s.name]) for s in servers], "goal >= 1.0"))
+    with httpx.Client(timeout=600) as http:
+        for server in servers:
+            parted = []
+            for key, text in batched[server.name].items():
+                alone = chat(http, server, model_id, short_messages(key), DECODE_TOKENS).text
+                if alone != text:
+                    parted.append(next((i for i, (a, b) in enumerate(zip(alone, text))
+                                        if a != b), min(len(alone), len(text))))
+            where = f", parting after {sorted(parted)} characters" if parted else ""
+            print(f"{server.name}: {len(parted)} of {len(batched[server.name])} batched greedy "
+                  f"replies differ from the same request alone{where}", flush=True)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import pytest
 
 from models.structured import constraint_for_schema, schema_to_grammar
 from tests.conftest import REPO_ROOT
+from tests.models.conftest import TEST_THREADS
 from tests.models.structured_schemas import SUPPORTED
 
 pytestmark = [pytest.mark.smollm2]
@@ -45,7 +46,7 @@ def replies(smollm2_gguf):
     """{(case, mode): reply row} for every schema, plain constrained and fast-forward."""
     result = subprocess.run(
         [sys.executable, "-m", "tests.models.structured_runner", str(smollm2_gguf),
-         "--modes", "plain,ff", "--max-tokens", "120"],
+         "--modes", "plain,ff", "--max-tokens", "120", "--threads", str(TEST_THREADS)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000)
     assert result.returncode == 0, (
         f"the generation process exited with {result.returncode} (negative: a signal, e.g. "
