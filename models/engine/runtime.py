@@ -351,11 +351,11 @@ class LoadedModel:
         # Tokens picked but not yet handled, oldest first. Only the last of them can be
         # missing from the KV cache: the others are confirmed draft tokens, already there.
         picked: deque[int] = deque()
-        speculative = options.speculative != "off"
+        if options.speculative == "off":
+            raise QuantDeskError("This path decodes speculative replies only.",
+                                 "Send other replies through the engine's batching loop.")
         with Sampler(options, self.llm.n_vocab()) as sampler, \
-                contextlib.ExitStack() as cleanup:
-            drafts = cleanup.enter_context(DraftBatch(min(options.draft_tokens + 1, self.n_batch))) \
-                if speculative else None
+                DraftBatch(min(options.draft_tokens + 1, self.n_batch)) as drafts:
             stats.seed = sampler.seed
             picked.append(sampler.sample(self.llm.ctx))
             while True:
@@ -387,13 +387,6 @@ class LoadedModel:
                 if cancelled():
                     stats.stop_reason = "cancelled"
                     break
-                if drafts is None:
-                    stats.decode_passes += 1
-                    if not self._evaluate([token], cancelled):
-                        stats.stop_reason = "cancelled"
-                        break
-                    picked.append(sampler.sample(self.llm.ctx))
-                    continue
                 room = min(drafts.capacity - 1, self.n_ctx - position - 2,
                            options.max_tokens - stats.completion_tokens)
                 history = np.append(self.llm.input_ids[:position], token)
