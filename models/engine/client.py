@@ -311,6 +311,13 @@ class EngineClient:
         self.processes_started = 0
         self._remote: Optional[RemoteSession] = None  # the loaded model's remote devices
 
+    @property
+    def remote_endpoints(self) -> list[str]:
+        """``host:port`` llama.cpp uses for each worker of the loaded model (a tunnel's
+        local end for ``ssh://`` entries); empty without remote devices."""
+        remote = self._remote
+        return remote.endpoints if remote is not None else []
+
     # -- process management ---------------------------------------------------------
 
     @property

@@ -16,6 +16,11 @@ padding`` followed by the server's 24 capability bytes. ``DEVICE_COUNT`` (15, no
 answers a ``uint32``; ``GET_DEVICE_MEMORY`` (11, a ``uint32`` device index) answers free
 and total bytes (two ``uint64``), which llama.cpp's default layer split follows. A worker serves one client at a time, so the probe closes its
 connection at once.
+
+Workers of protocol 3 to 6 took a ``HELLO`` without input and answered three bytes; they
+close the connection on today's 24-byte one. So when a worker hangs up on the handshake,
+the probe asks once more the old way, and a worker that answers that is named as another
+build with its version.
 """
 
 from __future__ import annotations
@@ -80,6 +85,31 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
     return data
 
 
+def _legacy_version(host: str, port: int, timeout: float) -> tuple[int, int, int] | None:
+    """The version an older worker (a ``HELLO`` without input) answers, or ``None``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack("<BQ", CMD_HELLO, 0))
+            size = struct.unpack("<Q", _read_exact(sock, 8))[0]
+            if not 3 <= size <= 64:
+                return None
+            reply = _read_exact(sock, size)
+            return reply[0], reply[1], reply[2]
+    except (OSError, struct.error):
+        return None
+
+
+def _mismatch(name: str, version: tuple[int, int, int]) -> QuantDeskError:
+    local = ".".join(map(str, PROTOCOL_VERSION))
+    return QuantDeskError(
+        f"The worker {name} is another build of llama.cpp: it speaks RPC protocol "
+        f"{'.'.join(map(str, version))} and this QuantDesk speaks {local}, so they "
+        "cannot work together.",
+        "Install the same QuantDesk version on both computers (`quantdesk worker` "
+        "prints its build when it starts), or remove the worker from the remote devices.")
+
+
 def probe_worker(host: str, port: int, name: str, timeout: float = DEFAULT_TIMEOUT) -> WorkerInfo:
     """Do the handshake with the worker at ``host:port`` and count its devices.
 
@@ -110,14 +140,7 @@ def probe_worker(host: str, port: int, name: str, timeout: float = DEFAULT_TIMEO
             reply = _exchange(sock, CMD_HELLO, bytes(_CAPS_SIZE), _HELLO_REPLY)
             version = (reply[0], reply[1], reply[2])
             if not protocol_compatible(version):
-                local = ".".join(map(str, PROTOCOL_VERSION))
-                raise QuantDeskError(
-                    f"The worker {name} is another build of llama.cpp: it speaks RPC protocol "
-                    f"{'.'.join(map(str, version))} and this QuantDesk speaks {local}, so they "
-                    "cannot work together.",
-                    "Install the same QuantDesk version on both computers (`quantdesk worker` "
-                    "prints its build when it starts), or remove the worker from the remote "
-                    "devices.")
+                raise _mismatch(name, version)
             count = struct.unpack("<I", _exchange(sock, CMD_DEVICE_COUNT, b"", 4))[0]
             memory = tuple(struct.unpack("<QQ", _exchange(sock, CMD_GET_DEVICE_MEMORY,
                                                           struct.pack("<I", index), 16))
@@ -128,6 +151,9 @@ def probe_worker(host: str, port: int, name: str, timeout: float = DEFAULT_TIMEO
             "seconds; a worker serves one program at a time, so another one may be using it.",
             "Unload the model from the other program, or restart the worker.") from None
     except ConnectionError:
+        legacy = _legacy_version(host, port, timeout)
+        if legacy is not None:
+            raise _mismatch(name, legacy) from None
         raise QuantDeskError(
             f"The worker {name} closed the connection without answering: no worker may be "
             "running there, or a program that is not one holds its port.", start) from None
