@@ -97,14 +97,17 @@ class Worker:
         host: The namespace to run in; ``None``: this computer.
         listen: Address to listen on (default: loopback of wherever it runs).
         port: TCP port (default: a free one).
+        program: Another RPC server's command (llama.cpp's ``rpc-server`` options).
+        threads: The worker's CPU threads.
     """
 
     def __init__(self, home: Path, host: Optional[Host] = None, listen: str = "127.0.0.1",
-                 port: Optional[int] = None, program: Optional[list[str]] = None) -> None:
+                 port: Optional[int] = None, program: Optional[list[str]] = None,
+                 threads: int = 1) -> None:
         self.host = host
         self.port = port or free_port()
         self.listen = listen
-        args = program or [sys.executable, "-m", "app.cli", "worker", "--threads", "1",
+        args = program or [sys.executable, "-m", "app.cli", "worker", "--threads", str(threads),
                            "--no-cache"]
         args = args + ["--host", listen, "--port", str(self.port)] if program is None else \
             args + ["-H", listen, "-p", str(self.port)]
