@@ -28,7 +28,8 @@ from models.llama_lib import open_lib
 _GPU_TYPES = (1, 2)
 
 
-def _ggml() -> ctypes.CDLL:
+def ggml_registry() -> ctypes.CDLL:
+    """libggml with the backend-registry functions typed (the ones this package calls)."""
     ggml = open_lib("libggml")
     for name, restype, argtypes in (
         ("ggml_backend_reg_by_name", ctypes.c_void_p, [ctypes.c_char_p]),
@@ -51,7 +52,7 @@ def _ggml() -> ctypes.CDLL:
 def rpc_available() -> bool:
     """Whether this llama.cpp build has the RPC backend (built with ``GGML_RPC=ON``)."""
     try:
-        return bool(_ggml().ggml_backend_reg_by_name(b"RPC"))
+        return bool(ggml_registry().ggml_backend_reg_by_name(b"RPC"))
     except Exception:  # no llama.cpp at all: doctor reports that elsewhere
         return False
 
@@ -62,7 +63,7 @@ def add_servers(endpoints: Sequence[str]) -> list[tuple[int, str]]:
     Raises:
         RuntimeError: This build has no RPC backend.
     """
-    ggml = _ggml()
+    ggml = ggml_registry()
     rpc = ggml.ggml_backend_reg_by_name(b"RPC")
     if not rpc:
         raise RuntimeError("this llama.cpp build has no RPC backend (GGML_RPC=OFF)")
@@ -80,17 +81,25 @@ def add_servers(endpoints: Sequence[str]) -> list[tuple[int, str]]:
     return found
 
 
-def local_gpus() -> list[int]:
-    """This computer's GPU devices (CUDA, Metal, Vulkan...), RPC devices left out."""
-    ggml = _ggml()
+def local_devices() -> list[tuple[int, str, str]]:
+    """This computer's devices as ``(pointer, name, "CPU" | "GPU" | "other")``, the RPC
+    backend's devices left out."""
+    ggml = ggml_registry()
     found = []
     for index in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(index)
         reg = ggml.ggml_backend_dev_backend_reg(device)
-        backend = (ggml.ggml_backend_reg_name(reg) or b"").decode() if reg else ""
-        if ggml.ggml_backend_dev_type(device) in _GPU_TYPES and not backend.startswith("RPC"):
-            found.append(device)
+        if reg and (ggml.ggml_backend_reg_name(reg) or b"").decode().startswith("RPC"):
+            continue
+        kind = ggml.ggml_backend_dev_type(device)
+        found.append((device, (ggml.ggml_backend_dev_name(device) or b"").decode(),
+                      "CPU" if kind == 0 else "GPU" if kind in _GPU_TYPES else "other"))
     return found
+
+
+def local_gpus() -> list[int]:
+    """This computer's GPU devices (CUDA, Metal, Vulkan...)."""
+    return [device for device, _, kind in local_devices() if kind == "GPU"]
 
 
 def use_remote_devices(params: Any, endpoints: Sequence[str]) -> list[str]:

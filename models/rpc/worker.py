@@ -70,9 +70,9 @@ def build_id() -> BuildId:
 
 def _start_server_function():
     """``ggml_backend_rpc_start_server`` from the RPC backend (registry proc address)."""
-    from models.rpc.devices import _ggml
+    from models.rpc.devices import ggml_registry
 
-    ggml = _ggml()
+    ggml = ggml_registry()
     rpc = ggml.ggml_backend_reg_by_name(b"RPC")
     address = ggml.ggml_backend_reg_get_proc_address(rpc, b"ggml_backend_rpc_start_server") \
         if rpc else None
@@ -85,28 +85,14 @@ def _start_server_function():
                             ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))(address)
 
 
-def local_devices() -> list[tuple[int, str, str]]:
-    """This computer's devices as ``(pointer, name, type)``, RPC devices left out."""
-    from models.rpc.devices import _ggml
-
-    ggml = _ggml()
-    found = []
-    for index in range(ggml.ggml_backend_dev_count()):
-        device = ggml.ggml_backend_dev_get(index)
-        reg = ggml.ggml_backend_dev_backend_reg(device)
-        if reg and (ggml.ggml_backend_reg_name(reg) or b"").decode().startswith("RPC"):
-            continue
-        kind = {0: "CPU", 1: "GPU", 2: "GPU"}.get(ggml.ggml_backend_dev_type(device), "other")
-        found.append((device, (ggml.ggml_backend_dev_name(device) or b"").decode(), kind))
-    return found
-
-
 def choose_devices(wanted: Optional[Sequence[str]] = None) -> list[tuple[int, str]]:
     """The devices to offer: those named (``CPU``, ``CUDA0``...), else the GPUs, else the CPU.
 
     Raises:
         QuantDeskError: A named device does not exist here.
     """
+    from models.rpc.devices import local_devices
+
     devices = local_devices()
     if wanted:
         by_name = {name.lower(): (pointer, name) for pointer, name, _ in devices}

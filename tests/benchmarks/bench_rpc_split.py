@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.conftest import cached_models_dir, fetch_smollm2  # noqa: E402
-from tests.models.rpc_hosts import Host, Worker, netns_available  # noqa: E402
+from tests.models.rpc_hosts import netns_available, workers_on_hosts  # noqa: E402
 
 
 def main() -> int:
@@ -40,12 +40,7 @@ def main() -> int:
     if args.netns and netns_available():
         parser.error(f"--netns: {netns_available()}")
     home = Path(tempfile.mkdtemp(prefix="bench-rpc-"))
-    hosts = [Host(), Host()] if args.netns else [None, None]
-    workers = []
-    try:
-        for host in hosts:
-            workers.append(Worker(home, host, listen=host.address if host else "127.0.0.1",
-                                  threads=args.worker_threads))
+    with workers_on_hosts(home, 2, args.netns, args.worker_threads) as workers:
         remote = ",".join(w.address for w in workers)
         command = [sys.executable, "-m", "app.cli", "bench", str(model), "--remote", remote,
                    "--gpu-layers", str(args.gpu_layers), "--split", "1,1",
@@ -53,12 +48,6 @@ def main() -> int:
                    "--ctx", "1024", "--runs", str(args.runs)]
         print("$", " ".join(command), flush=True)
         return subprocess.run(command, cwd=Path(__file__).resolve().parents[2]).returncode
-    finally:
-        for worker in workers:
-            worker.stop()
-        for host in hosts:
-            if host:
-                host.remove()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ another build"), from the llama.cpp sources that ``/work/llama-tools`` (or
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -204,3 +205,22 @@ def other_protocol_server() -> Path:
         check=True, capture_output=True)
     target.with_suffix(".part").rename(target)
     return target
+
+
+@contextlib.contextmanager
+def workers_on_hosts(home: Path, count: int, separate_hosts: bool, threads: int = 1):
+    """``count`` workers, each in a host of its own (``separate_hosts``) listening on its
+    link address and port 50052, or on this computer's loopback; stopped and removed after."""
+    hosts = [Host() for _ in range(count)] if separate_hosts else [None] * count
+    workers: list[Worker] = []
+    try:
+        for host in hosts:
+            workers.append(Worker(home, host, listen=host.address if host else "127.0.0.1",
+                                  port=50052 if host else None, threads=threads))
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+        for host in hosts:
+            if host:
+                host.remove()

@@ -20,7 +20,8 @@ import pytest
 from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, EngineCrashed, LoadSettings
 from models.rpc.devices import rpc_available
-from tests.models.rpc_hosts import Host, Worker, free_port, netns_available, other_protocol_server
+from tests.models.rpc_hosts import (Worker, free_port, netns_available, other_protocol_server,
+                                    workers_on_hosts)
 
 pytestmark = [pytest.mark.smollm2, pytest.mark.skipif(
     not rpc_available(), reason="this llama.cpp was built without GGML_RPC (packaging/install.sh "
@@ -33,21 +34,9 @@ LOCAL = LoadSettings(threads=2, batch_threads=2, context_length=512, gpu_layers=
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory):
-    """Two workers, as separate hosts when namespaces can be made; their addresses."""
-    home = tmp_path_factory.mktemp("workers")
-    hosts = [Host(), Host()] if netns_available() is None else [None, None]
-    workers = []
-    try:
-        for host in hosts:
-            listen = host.address if host else "127.0.0.1"
-            workers.append(Worker(home, host, listen=listen, port=50052 if host else None))
+    """Two workers, as separate hosts when namespaces can be made."""
+    with workers_on_hosts(tmp_path_factory.mktemp("workers"), 2, netns_available() is None) as workers:
         yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
-        for host in hosts:
-            if host:
-                host.remove()
 
 
 def test_split_reply_equals_the_local_reply(smollm2_gguf, two_workers):
