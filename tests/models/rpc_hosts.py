@@ -186,7 +186,7 @@ def other_protocol_server() -> Path:
     source = llama_sources()
     if source is None or shutil.which("g++") is None:
         raise RuntimeError("needs g++ and the llama-tools cache (tests/benchmarks/llama_tools.py)")
-    libs = source.parents[2] / "build" / "bin"
+    libs = source.parents[3] / "build" / "bin"  # <cache>/src/<sdist>/vendor/llama.cpp
     header = (source / "ggml/include/ggml-rpc.h").read_text()
     major = int(header.split("RPC_PROTO_MAJOR_VERSION")[1].split()[0])
     target = cached_models_dir() / f"rpc-server-protocol-{major + 1}" / "rpc-server"
