@@ -15,6 +15,7 @@ transfers and scheduling, without a real network's latency.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,8 @@ def main() -> int:
     model = args.model or fetch_smollm2(cached_models_dir())
     if args.netns and netns_available():
         parser.error(f"--netns: {netns_available()}")
+    # Ended by a signal, still stop the workers and remove the namespaces (finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     home = Path(tempfile.mkdtemp(prefix="bench-rpc-"))
     with workers_on_hosts(home, 2, args.netns, args.worker_threads) as workers:
         remote = ",".join(w.address for w in workers)
