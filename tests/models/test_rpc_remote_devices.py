@@ -153,3 +153,25 @@ def test_llama_cpp_version_rule():
     assert protocol_compatible((major, minor, 9))
     assert not protocol_compatible((major, minor + 1, 0))  # newer minor: the client refuses
     assert not protocol_compatible((major + 1, 0, 0)) and not protocol_compatible((major - 1, 0, 0))
+
+
+def test_chat_bench_and_serve_take_remote_devices_the_same_way(tmp_path):
+    from app.cli import build_parser
+    from app.commands.engine_args import load_settings_from_args, remote_settings_from_args
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    parser = build_parser()
+    for command in ("chat", "bench"):
+        args = parser.parse_args([command, str(model), "--remote", "127.0.0.1:50052,ssh://me@box",
+                                  "--gpu-layers", "20", "--split", "1,2"])
+        settings = load_settings_from_args(args)
+        assert settings.remote_devices == ("127.0.0.1:50052", "ssh://me@box")
+        assert settings.device_split == (1.0, 2.0) and settings.gpu_layers == 20
+    served = parser.parse_args(["serve", "--remote", "ssh://me@box"])
+    assert remote_settings_from_args(served) == {"remote_devices": ("ssh://me@box",),
+                                                 "device_split": ()}
+    with pytest.raises(QuantDeskError, match="not a list of numbers"):
+        remote_settings_from_args(parser.parse_args(["serve", "--split", "half"]))
+    with pytest.raises(QuantDeskError, match="not in a form"):
+        remote_settings_from_args(parser.parse_args(["serve", "--remote", "http://box"]))
