@@ -118,7 +118,9 @@ def listening_sentence(host: str, port: int) -> str:
         return (f"Listening on {host}:{port} (this computer only). From another computer, add "
                 f"the remote device ssh://USER@THIS-COMPUTER{suffix} (an SSH tunnel); on this "
                 f"computer, {host}:{port}.")
-    return f"Listening on {host}:{port}. On the loading computer, add the remote device {host}:{port}."
+    where = "THIS-COMPUTER'S-ADDRESS" if host in ("0.0.0.0", "::") else host
+    return (f"Listening on {host}:{port}. On the loading computer, add the remote device "
+            f"{where}:{port}.")
 
 
 def serve(host: str = LOOPBACK, port: int = DEFAULT_WORKER_PORT,
@@ -136,7 +138,8 @@ def serve(host: str = LOOPBACK, port: int = DEFAULT_WORKER_PORT,
     chosen = choose_devices(devices)
     threads = threads or max(1, (os.cpu_count() or 2) // 2)
     print(f"QuantDesk worker: {build_id().text()}", flush=True)
-    print(f"Devices: {', '.join(name for _, name in chosen)}; {threads} threads", flush=True)
+    print(f"Devices: {', '.join(name for _, name in chosen)}; "
+          f"{threads} CPU thread{'s' if threads != 1 else ''}", flush=True)
     if not is_loopback(host):
         print(NETWORK_WARNING.format(host=host, port=port), file=sys.stderr, flush=True)
     print(listening_sentence(host, port), flush=True)
