@@ -225,6 +225,9 @@ class LoadSettingsForm(QWidget):
             tip = "Choose a model first: how many of its layers can go to the GPU depends on the model."
         elif not gpu:
             tip = "No GPU was found by this llama.cpp build: everything runs on the CPU."
+        elif self._remote_entries():
+            tip = (f"Layers of the model to put on the GPUs and the remote devices (all: {top}, "
+                   "the output layer included, which goes first); the rest stay on this CPU.")
         else:
             tip = f"Layers of the model to put on the GPU (all: {top}, the output layer included)."
         self.gpu_layers.setToolTip(tip)
