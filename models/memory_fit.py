@@ -4,8 +4,14 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
 ``compute buffer``, plus a small ``output buffer``):
 
 - **Weights**: every tensor's bytes, read from the GGUF header. With ``n_gpu_layers = g``
-  the *last* ``g`` of the ``L`` blocks go to the GPU (``i >= L - g``); the output matrix
-  too when ``g > L``; the token embedding always stays on the CPU. A mixture-of-experts
+  the *last* ``g`` of the ``L + 1`` layers go to the GPUs, where layer ``L`` is the output
+  layer: so the output matrix goes first, then the last ``g - 1`` blocks (``i >= L + 1 -
+  g``; llama.cpp's ``load_tensors`` since 2025, measured through RPC devices in
+  tests/models/test_rpc_split.py). A model without its own output matrix (tied
+  embeddings) gets a copy of the token embedding there. The token embedding itself always
+  stays on the CPU. Several devices (GPUs, other computers' workers) share the offloaded
+  layers in proportion to their free memory or the user's split (:func:`layer_devices`,
+  :func:`device_shares`). A mixture-of-experts
   model's expert tensors (``ffn_*_exps``) of the first ``cpu_moe_layers`` blocks stay on
   the CPU whatever ``g`` says (llama.cpp's ``--n-cpu-moe``: a buffer-type override).
 - **KV cache**: per layer, ``n_ctx`` cells of K and V rows. ``n_ctx`` is padded up to a
@@ -34,9 +40,10 @@ where a CUDA build is at hand).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -133,16 +140,16 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     n_vocab = int(header.arch_value("vocab_size") or len(header.metadata.get("tokenizer.ggml.tokens") or ()))
 
     gpu_layers = max(0, min(settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer + 1, n_layer + 1))
-    first_gpu_layer = n_layer - min(gpu_layers, n_layer)
-    output_on_gpu = gpu_layers > n_layer
+    first_gpu_layer = n_layer + 1 - gpu_layers
+    output_on_gpu = gpu_layers > 0
     cpu_moe = n_layer if settings.cpu_moe_layers < 0 else settings.cpu_moe_layers
 
     weights_cpu = weights_gpu = 0
-    for tensor in header.tensors:
-        layer = _layer_of(tensor.name)
-        on_gpu = (layer is not None and layer >= first_gpu_layer) or (
-            layer is None and output_on_gpu and tensor.name.startswith("output"))
-        if on_gpu and layer is not None and layer < cpu_moe and is_expert_tensor(tensor.name):
+    for tensor, layer, copy in _tensors_by_layer(header, n_layer):
+        on_gpu = layer >= first_gpu_layer
+        if copy and not on_gpu:
+            continue
+        if on_gpu and layer < cpu_moe and is_expert_tensor(tensor.name):
             on_gpu = False  # the expert override wins over the layer's device
         if on_gpu:
             weights_gpu += tensor.n_bytes
@@ -187,6 +194,111 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     return MemoryPrediction(weights_cpu, weights_gpu, kv_cpu, kv_gpu, compute_cpu, compute_gpu,
                             output=n_vocab * 4, n_ctx=n_ctx, parameters=header.parameter_count,
                             active_parameters=header.active_parameter_count)
+
+
+def _tensors_by_layer(header: GGUFHeader, n_layer: int):
+    """Each weight as ``(tensor, layer, copy)``: the layer whose device holds it (its
+    block, ``n_layer`` for the output layer, ``-1`` for what always stays on the CPU).
+    A model that ties its output to the token embedding yields that tensor a second time
+    for the output layer with ``copy`` set: llama.cpp loads a copy onto an offload device,
+    while on the CPU both are views of the same mapped file."""
+    names = {t.name for t in header.tensors}
+    for tensor in header.tensors:
+        layer = _layer_of(tensor.name)
+        if layer is not None:
+            yield tensor, layer, False
+        elif tensor.name.startswith("output"):
+            yield tensor, n_layer, False
+        else:
+            yield tensor, -1, False
+            if tensor.name == "token_embd.weight" and "output.weight" not in names:
+                yield tensor, n_layer, True
+
+
+def layer_devices(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> list[int]:
+    """Which device holds each layer, as llama.cpp's ``load_tensors`` assigns them.
+
+    Args:
+        n_layer: The model's blocks.
+        n_gpu_layers: Layers offloaded (``-1``: all); the output layer counts, and goes first.
+        shares: One number per offload device, in llama.cpp's order (remote devices, then
+            this computer's GPUs): their free memory, or the user's split.
+
+    Returns:
+        ``n_layer + 1`` device indexes (blocks, then the output layer); ``-1`` is the CPU.
+        Each device gets a contiguous run of the offloaded layers, the run's length in
+        proportion to its share (the cumulative shares, normalised, are the split points).
+    """
+    layers = n_layer + 1
+    offloaded = layers if n_gpu_layers < 0 else min(n_gpu_layers, layers)
+    if not shares or offloaded <= 0 or sum(shares) <= 0:
+        return [-1] * layers
+    total, points = float(sum(shares)), []
+    running = 0.0
+    for share in shares:
+        running += share
+        points.append(running / total)
+    start = layers - offloaded
+    return [-1 if layer < start else
+            min(bisect.bisect_right(points, (layer - start) / offloaded), len(shares) - 1)
+            for layer in range(layers)]
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """What one device holds of a model: its layers, weights and KV cache."""
+
+    name: str
+    layers: int
+    weights: int
+    kv: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv
+
+
+def device_shares(model: Union[Path, GGUFHeader], settings: FitSettings,
+                  devices: Sequence[tuple[str, float]]) -> list[DeviceShare]:
+    """Each device's share of the weights and KV cache: this computer's CPU first (the
+    token embedding and the layers not offloaded), then each offload device.
+
+    Args:
+        model: The GGUF file or its header.
+        settings: Context, KV type and ``n_gpu_layers`` (offload devices count as GPUs).
+        devices: ``(name, share)`` per offload device in llama.cpp's order: remote devices,
+            then this computer's GPUs; the share is free memory or the user's split.
+    """
+    header = model if isinstance(model, GGUFHeader) else read_gguf_header(Path(model))
+    n_layer = int(header.arch_value("block_count", 0))
+    placement = layer_devices(n_layer, settings.n_gpu_layers, [share for _, share in devices])
+    n_ctx = -(-settings.n_ctx // CTX_PAD) * CTX_PAD
+    n_head = _per_layer(header.arch_value("attention.head_count"), n_layer, 1)
+    n_head_kv = _per_layer(header.arch_value("attention.head_count_kv"), n_layer, n_head[0])
+    n_embd = int(header.arch_value("embedding_length", 0))
+    head_k = int(header.arch_value("attention.key_length", n_embd // max(n_head[0], 1)))
+    head_v = int(header.arch_value("attention.value_length", head_k))
+    block, type_size = GGML_QUANT_SIZES[KV_TYPES[settings.kv_type]]
+    weights = [0] * (len(devices) + 1)
+    kv = [0] * (len(devices) + 1)
+    layers = [0] * (len(devices) + 1)
+    for tensor, layer, copy in _tensors_by_layer(header, n_layer):
+        device = placement[layer] if layer >= 0 else -1
+        if not (copy and device < 0):
+            weights[device + 1] += tensor.n_bytes
+    for layer, device in enumerate(placement):
+        layers[device + 1] += 1
+        if layer < n_layer:
+            row = (n_head_kv[layer] * head_k + n_head_kv[layer] * head_v) // block * type_size
+            kv[device + 1] += n_ctx * row
+    names = ["this computer's CPU"] + [name for name, _ in devices]
+    return [DeviceShare(name, layers[i], weights[i], kv[i]) for i, name in enumerate(names)]
+
+
+def format_device_shares(shares: Sequence[DeviceShare]) -> str:
+    """One line per device: layers, weights and KV cache in MiB."""
+    return "\n".join(f"{s.name}: {s.layers} layers, {s.weights / 2**20:.1f} MiB of weights, "
+                     f"{s.kv / 2**20:.1f} MiB of KV cache" for s in shares)
 
 
 def judge_fit(prediction: MemoryPrediction, ram_available: int,

@@ -21,6 +21,10 @@ library per level, chosen at run time) would serve both, but builds the CPU code
 eight times and needs llama.cpp's dynamic backend loading, which llama-cpp-python 0.3.36
 does not set up; the baseline costs AVX-512 machines some prompt-processing speed only.
 
+Every build includes llama.cpp's RPC backend (``GGML_RPC=ON``), so a model can be split
+across this computer and others (``quantdesk worker``); the option is part of the wheel
+cache key, so a wheel built without it is never reused.
+
 Backends: Metal on macOS (llama.cpp's default there), CUDA when an NVIDIA driver and
 ``nvcc`` are present or ``QUANTDESK_GPU=cuda``, Vulkan with ``QUANTDESK_GPU=vulkan``,
 plain CPU with ``QUANTDESK_GPU=cpu``.
@@ -120,9 +124,15 @@ def cpu_args(portable: bool = False, machine: str | None = None) -> list[str]:
     return ["-DGGML_NATIVE=OFF"] if portable else []
 
 
+#: Always built: llama.cpp's RPC backend (the ``ggml-rpc`` library), which lets a model's
+#: layers live on other computers' devices (``quantdesk worker`` on them, remote devices
+#: in the load settings here). It adds one small library and no cost when unused.
+RPC_ARGS = ["-DGGML_RPC=ON"]
+
+
 def cmake_args(backend: str | None = None, portable: bool = False) -> list[str]:
-    """All options: the CPU SIMD set without AMX, plus the GPU backend."""
-    return cpu_args(portable) + backend_args(backend or default_backend(), portable)
+    """All options: the CPU SIMD set without AMX, the GPU backend, and the RPC backend."""
+    return cpu_args(portable) + backend_args(backend or default_backend(), portable) + RPC_ARGS
 
 
 def wheel_key(args: list[str]) -> str:

@@ -185,6 +185,8 @@ check_cli() {  # check_CLI LABEL EXPECTED_KIND CMD...: doctor, chat, quantize
     echo "$out" > "$ARTIFACTS/doctor-$label.txt"
     grep -q "Installed as  *$kind" <<<"$out" || { echo "$out"; fail "$label: doctor does not say '$kind'"; }
     grep -qE "Backends compiled in  *.*CPU" <<<"$out" || { echo "$out"; fail "$label: doctor sees no llama.cpp CPU backend"; }
+    # libggml-rpc ships (every build has GGML_RPC=ON): models can use other computers' devices.
+    grep -qE "RPC  *available" <<<"$out" || { echo "$out"; fail "$label: doctor says the RPC backend is missing"; }
     note "$label: quantdesk doctor: installed as \"$kind\"; $(grep -E 'Bundle build' <<<"$out" | sed 's/^ *//')"
 
     # Sampling spelled out with a seed: the reply is the same on every run of this build

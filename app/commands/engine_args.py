@@ -1,4 +1,5 @@
-"""Command-line options shared by the commands that load a model (``chat``, ``bench``).
+"""Command-line options shared by the commands that load a model (``chat``, ``bench``,
+and ``serve`` for its remote devices).
 
 Not a command itself (it is not in ``COMMAND_MODULES``): it maps ``--threads``,
 ``--ctx``, ``--gpu-layers`` ... onto :class:`~models.engine.settings.LoadSettings`, so
@@ -38,6 +39,31 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--n-cpu-moe", type=int, default=0, metavar="N",
                        help="mixture-of-experts models: keep the experts of the first N layers "
                             "in RAM, on the CPU (-1: all), the rest of each layer on the GPU")
+    add_remote_arguments(group)
+
+
+def add_remote_arguments(group) -> None:
+    """``--remote`` and ``--split``: other computers' devices (``quantdesk worker``)."""
+    group.add_argument("--remote", default=None, metavar="HOST:PORT[,...]",
+                       help="other computers' workers (`quantdesk worker`) that take part of the "
+                            "layers: HOST:PORT, or ssh://USER@HOST to reach one through an SSH "
+                            "tunnel; they count as GPUs for --gpu-layers")
+    group.add_argument("--split", default=None, metavar="SHARE[,...]",
+                       help="shares of the offloaded layers per device (the remote devices, "
+                            "then this computer's GPUs), e.g. 1,1; default: by free memory")
+
+
+def remote_settings_from_args(args: argparse.Namespace) -> dict:
+    """``remote_devices`` and ``device_split`` of the options, for :class:`LoadSettings`."""
+    from models.rpc.endpoints import parse_remote_devices
+
+    remote = tuple(d.text for d in parse_remote_devices(args.remote or ""))
+    try:
+        split = tuple(float(v) for v in (args.split or "").split(",") if v.strip())
+    except ValueError:
+        raise QuantDeskError(f"--split {args.split} is not a list of numbers.",
+                             "Give one share per device, e.g. --split 1,1.") from None
+    return {"remote_devices": remote, "device_split": split}
 
 
 def load_settings_from_args(args: argparse.Namespace):
@@ -54,5 +80,5 @@ def load_settings_from_args(args: argparse.Namespace):
         kv_cache_type_k=args.cache_type_k, kv_cache_type_v=args.cache_type_v,
         use_mmap=not args.no_mmap, use_mlock=args.mlock,
         draft_model=str(args.draft_model) if args.draft_model is not None else None,
-        cpu_moe_layers=args.n_cpu_moe,
+        cpu_moe_layers=args.n_cpu_moe, **remote_settings_from_args(args),
     )

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from app.commands.engine_args import add_remote_arguments, remote_settings_from_args
 from app.core.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,20 @@ def run(args: argparse.Namespace) -> int:
                                  "Run `quantdesk list` to see the models (their file names "
                                  "without .gguf are the ids).")
         preload.append(model)
-    controller = ServerController(config, library=library)
+    engines = None
+    remote = remote_settings_from_args(args)
+    if remote["remote_devices"]:
+        from dataclasses import replace
+
+        from app.core.model_settings import load_settings_for
+        from models.server.engine_pool import EnginePool
+
+        cache = args.prompt_cache_mb
+        engines = EnginePool(
+            settings_for=lambda path: replace(load_settings_for(path), **remote),
+            parallel=args.parallel, idle_unload_seconds=args.idle_unload,
+            prompt_cache_bytes=None if cache is None else cache << 20)
+    controller = ServerController(config, engines=engines, library=library)
     controller.add_listener(_print_entry)
     controller.start()
     try:
@@ -123,4 +137,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-host", action="append", metavar="NAME",
                         help="a host name the server answers to besides localhost and its "
                              "address (repeatable)")
+    add_remote_arguments(parser.add_argument_group(
+        "remote devices", "other computers' devices for every model this server loads"))
     parser.set_defaults(func=run)

@@ -92,7 +92,20 @@ def llama_section() -> Section:
     wanted = ("CPU", "CUDA", "Metal", "Vulkan")
     present = set(hardware.backend_names())
     rows.append(("Available", ", ".join(f"{b}: {'yes' if b in present else 'no'}" for b in wanted)))
+    rows.append(("RPC", rpc_line("RPC" in present)))
     return rows
+
+
+def rpc_line(available: bool) -> str:
+    """Whether this build can split a model across computers (llama.cpp's RPC backend),
+    with the build id both sides of a split must share."""
+    if not available:
+        return ("no: this llama.cpp was built without GGML_RPC, so models cannot use other "
+                "computers' devices; reinstall with packaging/install.sh")
+    from models.rpc.worker import build_id
+
+    return (f"available: models can use other computers' devices (`quantdesk worker` there); "
+            f"{build_id().text()}")
 
 
 def folders_section() -> Section:

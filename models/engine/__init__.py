@@ -16,8 +16,8 @@ intermediate events and exactly one final event):
 ===================================================  ==========================================
 request (client → engine)                            events (engine → client)
 ===================================================  ==========================================
-``{"op": "load", "path", "settings"}``               ``phase`` (``"selftest"``), then
-                                                     ``loaded`` ``{"report"}`` or ``error``
+``{"op": "load", "path", "settings",                 ``phase`` (``"selftest"``), then
+``"rpc_endpoints"}``                                 ``loaded`` ``{"report"}`` or ``error``
 ``{"op": "chat", "messages", "options",              ``delta`` ``{"text"}`` …, then ``done``
 ``"conversation_id", "session_cap_bytes"}``          ``{"stats"}`` or ``error``
 ``{"op": "delete_session", "conversation_id"}``      ``ok`` ``{"deleted"}``
@@ -58,7 +58,9 @@ Modules: ``gguf_info`` (header facts), ``settings`` (load settings and their rul
 cancel byte and llama.cpp's abort hook), ``llama_log`` (llama.cpp's log
 and the offload report), ``runtime`` (the model in the engine), ``child`` (the engine's
 loop), ``client`` (the handle the app holds), ``fallback`` (the remembered AMX fallback),
-``sessions`` (saved KV states on disk).
+``sessions`` (saved KV states on disk). Remote devices (other computers' workers) are
+:mod:`models.rpc`: the client opens their tunnels and checks them, and sends the engine the
+``host:port`` endpoints llama.cpp connects to (``rpc_endpoints``).
 Only ``client``, ``settings``, ``options``, ``gguf_info``, ``chat_template`` and ``sessions``
 are meant for the app's process; the others import llama_cpp and run in the engine.
 """

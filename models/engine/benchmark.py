@@ -195,3 +195,76 @@ def _limit_lines(result: BenchResult) -> list[str]:
                  f"{result.layers_total - result.layers_on_gpu} layers on the CPU; the GPU's not counted")
     return [f"Bandwidth limit:    {result.decode_limit:8.1f} tok/s ({basis})",
             f"Generation reaches {result.fraction_of_limit:.0%} of the bandwidth limit."]
+
+
+@dataclass(frozen=True)
+class SplitTraffic:
+    """Network bytes of a model split across computers (both directions, all workers).
+
+    Attributes:
+        load_bytes: Sent and received while the model loaded (mostly the workers'
+            weights), as far as the connections that stayed open counted them.
+        prompt_bytes_per_token: Per prompt token read (a reply of one token).
+        decode_bytes_per_token: Per token generated after the first.
+    """
+
+    load_bytes: int
+    prompt_bytes_per_token: float
+    decode_bytes_per_token: float
+
+
+def measure_split_traffic(client, prompt_tokens: int = 256,
+                          generate_tokens: int = 128) -> Optional[SplitTraffic]:
+    """Traffic to the loaded model's workers: a one-token reply (the prompt alone), then a
+    reply of ``generate_tokens``; the second's prompt share is taken off at the first's
+    rate. ``None`` where the connections cannot be counted (no ``ss``: not Linux)."""
+    from models.engine.options import ChatOptions
+    from models.rpc.traffic import connection_traffic
+
+    endpoints = client.remote_endpoints
+    loaded = connection_traffic(endpoints)
+    if loaded is None:
+        return None
+    prefill = client.chat(bench_messages(1000, prompt_tokens),
+                          ChatOptions(temperature=0.0, max_tokens=1, ignore_eos=True)).wait()
+    after_prefill = connection_traffic(endpoints)
+    reply = client.chat(bench_messages(1001, prompt_tokens),
+                        ChatOptions(temperature=0.0, max_tokens=generate_tokens,
+                                    ignore_eos=True)).wait()
+    after_reply = connection_traffic(endpoints)
+    if after_prefill is None or after_reply is None:
+        return None
+    per_prompt = (after_prefill - loaded).total / max(prefill.stats.prompt_tokens_evaluated, 1)
+    decoded = (after_reply - after_prefill).total - per_prompt * reply.stats.prompt_tokens_evaluated
+    return SplitTraffic(loaded.total, per_prompt,
+                        max(decoded, 0.0) / max(reply.stats.completion_tokens - 1, 1))
+
+
+def format_split_result(name: str, local: BenchResult, split: BenchResult, report,
+                        traffic: Optional[SplitTraffic]) -> str:
+    """The report of ``quantdesk bench --remote``: this computer alone against the split."""
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:6.2f}×" if b > 0 else "     —"
+
+    lines = [
+        f"Model:              {name}",
+        f"Split:              {report.offload.placement() or report.offload.summary()}",
+        "                    this computer   split   split ÷ this computer",
+        f"Prompt processing:  {local.prefill_tokens_per_second:8.1f} tok/s "
+        f"{split.prefill_tokens_per_second:8.1f} tok/s  "
+        f"{ratio(split.prefill_tokens_per_second, local.prefill_tokens_per_second)}",
+        f"Generation:         {local.decode_tokens_per_second:8.1f} tok/s "
+        f"{split.decode_tokens_per_second:8.1f} tok/s  "
+        f"{ratio(split.decode_tokens_per_second, local.decode_tokens_per_second)}",
+    ]
+    if traffic is None:
+        lines.append("Traffic:            not measured (needs Linux's ss)")
+    else:
+        lines += [
+            f"Traffic per token:  {traffic.decode_bytes_per_token / 1024:8.1f} KiB generated, "
+            f"{traffic.prompt_bytes_per_token / 1024:.1f} KiB per prompt token (TCP payload to "
+            "and from the workers, both ways)",
+            f"Traffic at load:    {traffic.load_bytes / 2**20:8.1f} MiB (the workers' weights; "
+            "less when a worker's cache already holds them)",
+        ]
+    return "\n".join(lines)

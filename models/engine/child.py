@@ -87,7 +87,8 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
         _close_model(state)
         settings = LoadSettings.from_dict(request["settings"])
         model = LoadedModel(request["path"], settings, state["log_capture"],
-                            on_progress=_progress_sender(conn))
+                            on_progress=_progress_sender(conn),
+                            endpoints=tuple(request.get("rpc_endpoints") or ()))
         # Tell the client the load worked and the self-test starts: if the process dies
         # now, the client knows a kernel crashed and can retry without extra buffers.
         conn.send({"event": "phase", "phase": "selftest"})

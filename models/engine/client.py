@@ -10,6 +10,14 @@ without the lock, so a GUI thread can cancel a reply another thread is streaming
 the process dies, every request in flight raises :class:`EngineCrashed` — with the text
 streamed so far kept on the exception — and the next request starts a fresh process and
 reloads the last model.
+
+A model on other computers' devices (``LoadSettings.remote_devices``) holds a
+:class:`~models.rpc.session.RemoteSession` here: its SSH tunnels and checked workers. It
+opens before the load, and it closes — with the engine process, whose RPC connections
+llama.cpp keeps for the process's life — when the model unloads or another one loads.
+When the engine dies under such a model, the workers are asked again and the sentence
+names the one that stopped answering (llama.cpp's RPC client aborts the process when a
+worker goes away, so only this side can say it).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from models.engine.llama_log import OffloadReport
 from models.engine.options import ChatOptions, ChatStats, validate_messages, validate_options
 from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
 from models.engine.settings import LoadSettings, gpu_device_count, validate_settings
+from models.rpc.session import RemoteSession
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,8 @@ class LoadReport:
     backends: list[str]
     safe_kernels_fallback: bool = False
     parallel: int = 1
+    #: Each remote worker's entry → the llama.cpp build it reported (RPC protocol).
+    remote_workers: tuple[tuple[str, str], ...] = ()
 
     def summary(self) -> str:
         """A line for the user."""
@@ -298,6 +309,14 @@ class EngineClient:
         self.last_load: Optional[LoadReport] = None
         self.last_chat: Optional[ChatStats] = None
         self.processes_started = 0
+        self._remote: Optional[RemoteSession] = None  # the loaded model's remote devices
+
+    @property
+    def remote_endpoints(self) -> list[str]:
+        """``host:port`` llama.cpp uses for each worker of the loaded model (a tunnel's
+        local end for ``ssh://`` entries); empty without remote devices."""
+        remote = self._remote
+        return remote.endpoints if remote is not None else []
 
     # -- process management ---------------------------------------------------------
 
@@ -332,6 +351,8 @@ class EngineClient:
         exitcode = self._forget_process(engine=engine)
         model = self._model_file.name if self._model_file else "the model"
         log.error("engine process %s during %s of %s", _exit_description(exitcode), phase, model)
+        if self._remote is not None:
+            return self._remote_crash(phase, partial, exitcode, model)
         if phase in ("load", "selftest"):
             return EngineCrashed(
                 f"The engine process (llama.cpp) {_exit_description(exitcode)} while loading "
@@ -343,6 +364,54 @@ class EngineClient:
             f"{model}. Your conversation is kept.",
             "Send the message again: QuantDesk starts a new engine and reloads the model. "
             "If it keeps happening, the log file has llama.cpp's last words.", phase, partial)
+
+    def _remote_crash(self, phase: str, partial: str, exitcode: Optional[int],
+                      model: str) -> EngineCrashed:
+        """The crash sentence for a model on remote devices: which worker went away."""
+        remote, self._remote = self._remote, None
+        assert remote is not None
+        cause = remote.diagnose()
+        remote.close()
+        how = f"stopped: {cause}" if cause else \
+            f"(llama.cpp) {_exit_description(exitcode)}; every worker still answers"
+        if phase in ("load", "selftest"):
+            return EngineCrashed(
+                f"The engine {how} while loading {model} on remote devices.",
+                "Start the worker again and load again, or load the model without that remote "
+                "device.", phase, partial)
+        return EngineCrashed(
+            f"The engine {how} while working on {model}. The reply so far and your "
+            "conversation are kept.",
+            "Start the worker again and send the message again (QuantDesk reloads the model), "
+            "or load the model without that remote device.", phase, partial)
+
+    def _release_remote(self) -> None:
+        """Close the remote devices of the model that was loaded, and the engine process
+        that held their connections (the next load starts a fresh one)."""
+        remote, self._remote = self._remote, None
+        if remote is None:
+            return
+        self.shutdown()
+        remote.close()
+
+    def _open_remote(self, settings: LoadSettings) -> None:
+        """Open tunnels to and check the workers of ``settings`` (none: nothing to do).
+
+        Raises:
+            QuantDeskError: A worker cannot be reached, is of another build, or the
+                device split has more shares than there are devices.
+        """
+        if not settings.remote_devices or self._remote is not None:
+            return
+        remote = RemoteSession(settings.remote_devices)
+        devices = remote.device_count + gpu_device_count()
+        if len(settings.device_split) > devices:
+            remote.close()
+            raise QuantDeskError(
+                f"The device split has {len(settings.device_split)} shares, but there are "
+                f"{devices} devices to split between (the workers' and this computer's GPUs).",
+                "Give one share per device, or leave the split empty.")
+        self._remote = remote
 
     def _running_engine(self) -> _EngineProcess:
         engine = self._engine
@@ -409,7 +478,12 @@ class EngineClient:
         with self._lock:
             # The engine frees the loaded model before it loads the next one.
             self._loaded, self.last_load = None, None
-            report = self._load_with_fallback(info, resolved, progress)
+            self._release_remote()
+            try:
+                report = self._load_with_fallback(info, resolved, progress)
+            except BaseException:
+                self._release_remote()
+                raise
             self._loaded = (info, replace(resolved, use_extra_bufts=report.use_extra_bufts))
             self.last_load = report
             return report
@@ -419,6 +493,7 @@ class EngineClient:
         if settings.use_extra_bufts and fallback.needs_safe_kernels():
             log.info("engine: loading with use_extra_bufts=False, as recorded for this computer")
             settings = replace(settings, use_extra_bufts=False)
+        self._open_remote(settings)
         try:
             return self._load_once(info, settings, progress)
         except EngineCrashed as crash:
@@ -426,6 +501,7 @@ class EngineClient:
                 raise
             reason = f"the first decode crashed: {crash.what}"
             log.warning("engine: %s; retrying without extra buffer types", reason)
+            self._open_remote(settings)  # a crash closed them
             report = self._load_once(info, replace(settings, use_extra_bufts=False), progress)
             fallback.remember_safe_kernels(reason)
             return replace(report, safe_kernels_fallback=True)
@@ -433,7 +509,9 @@ class EngineClient:
     def _load_once(self, info: GGUFModelInfo, settings: LoadSettings,
                    progress: Optional[ProgressCallback] = None) -> LoadReport:
         self._model_file = info.path
+        remote = self._remote
         engine = self._send({"op": "load", "path": str(info.path), "settings": settings.to_dict(),
+                             "rpc_endpoints": remote.endpoints if remote else [],
                              "session_cap_bytes": self.session_cap_bytes,
                              "prompt_cache_bytes": self.prompt_cache_bytes}, "load")
         phase = "load"
@@ -458,9 +536,14 @@ class EngineClient:
             raise
         self._raise_error(event)
         values = event["report"]
+        offload = OffloadReport.from_dict(values["offload"])
+        if remote is not None:  # "RPC0" → the entry the user wrote, not the tunnel's port
+            offload.device_labels = {device: remote.name_of(endpoint)
+                                     for device, endpoint in offload.device_labels.items()}
         return LoadReport(
-            path=info.path, model=info, settings=settings,
-            offload=OffloadReport.from_dict(values["offload"]),
+            path=info.path, model=info, settings=settings, offload=offload,
+            remote_workers=tuple((w.device.text, f"RPC protocol {w.info.version_text}")
+                                 for w in remote.workers) if remote else (),
             use_extra_bufts=values["use_extra_bufts"], load_seconds=values["load_seconds"],
             context_length=values["context_length"], template=values["template"],
             backends=values["backends"], parallel=values.get("parallel", 1))
@@ -582,6 +665,9 @@ class EngineClient:
         with self._lock:
             self._loaded = None
             self.last_load = None
+            if self._remote is not None:
+                self._release_remote()
+                return
             engine = self._engine
             if engine is not None and engine.alive():
                 self._send({"op": "unload"}, "unload")
@@ -634,6 +720,9 @@ class EngineClient:
                 except (EngineCrashed, OSError):
                     pass  # it is going away either way
             self._forget_process()
+            remote, self._remote = self._remote, None
+            if remote is not None:
+                remote.close()
 
     def __enter__(self) -> "EngineClient":
         return self

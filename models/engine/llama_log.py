@@ -29,6 +29,9 @@ _LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNI
 _CONT = 5
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# "load_tensors: layer  12 assigned to device RPC0, is_swa = 0" (a DEBUG line, one per
+# block and one for the output layer): where each layer went, remote devices included.
+_ASSIGNED = re.compile(r"layer\s+(\d+) assigned to device ([^,\s]+)")
 # e.g. "load_tensors:   CPU_Mapped model buffer size =    87.71 MiB"
 #      "llama_kv_cache:        CPU KV buffer size =    45.00 MiB"
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output)\s+buffer size\s*=\s*([\d.]+) MiB")
@@ -42,12 +45,17 @@ class OffloadReport:
         layers_on_gpu: Layers llama.cpp put on a GPU.
         layers_total: Layers that could have gone (blocks + output layer).
         buffers: ``(kind, buffer name) → MiB``, e.g. ``("model", "CPU_Mapped") → 87.7``,
-            ``("KV", "CUDA0")``, ``("compute", "CPU")``.
+            ``("KV", "CUDA0")``, ``("compute", "CPU")``, ``("model", "RPC0[127.0.0.1:50052]")``.
+        layers_by_device: Device name (``CPU``, ``CUDA0``, ``RPC0``...) → the layers it
+            holds, the output layer counted, in order of first layer.
+        device_labels: Device name → what the user knows it by (a remote device's entry).
     """
 
     layers_on_gpu: int = 0
     layers_total: int = 0
     buffers: dict[tuple[str, str], float] = field(default_factory=dict)
+    layers_by_device: dict[str, int] = field(default_factory=dict)
+    device_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def layers_on_cpu(self) -> int:
@@ -58,31 +66,48 @@ class OffloadReport:
         """One line for the user: layers and buffer sizes."""
         parts = [f"{self.layers_on_gpu}/{self.layers_total} layers on GPU, "
                  f"{self.layers_on_cpu} on CPU"]
+        if len(self.layers_by_device) > 1 or self.device_labels:
+            parts.append("layers by device: " + self.placement())
         for (kind, name), mib in sorted(self.buffers.items()):
             parts.append(f"{kind} {name} {mib:.1f} MiB")
         return "; ".join(parts)
 
+    def placement(self) -> str:
+        """Where the layers went, e.g. ``CPU 11, RPC0 (ssh://me@box) 10, RPC1 (…) 10``."""
+        return ", ".join(
+            f"{name}{f' ({self.device_labels[name]})' if name in self.device_labels else ''} {count}"
+            for name, count in self.layers_by_device.items())
+
     def to_dict(self) -> dict:
         """Plain values for the pipe (tuple keys become ``"kind:name"``)."""
         return {"layers_on_gpu": self.layers_on_gpu, "layers_total": self.layers_total,
-                "buffers": {f"{k}:{n}": v for (k, n), v in self.buffers.items()}}
+                "buffers": {f"{k}:{n}": v for (k, n), v in self.buffers.items()},
+                "layers_by_device": dict(self.layers_by_device),
+                "device_labels": dict(self.device_labels)}
 
     @classmethod
     def from_dict(cls, values: dict) -> "OffloadReport":
         """The inverse of :meth:`to_dict`."""
         buffers = {tuple(key.split(":", 1)): mib for key, mib in values["buffers"].items()}
-        return cls(values["layers_on_gpu"], values["layers_total"], buffers)  # type: ignore[arg-type]
+        return cls(values["layers_on_gpu"], values["layers_total"], buffers,  # type: ignore[arg-type]
+                   dict(values.get("layers_by_device", {})), dict(values.get("device_labels", {})))
 
 
 def parse_offload_report(lines: Iterable[str]) -> OffloadReport:
     """Read the layer split and buffer sizes from llama.cpp's load log lines."""
     report = OffloadReport()
+    device_of_layer: dict[int, str] = {}
     for line in lines:
-        if match := _OFFLOADED.search(line):
+        if match := _ASSIGNED.search(line):
+            device_of_layer[int(match[1])] = match[2]
+        elif match := _OFFLOADED.search(line):
             report.layers_on_gpu, report.layers_total = int(match[1]), int(match[2])
         elif match := _BUFFER.search(line):
             key = (match[2], match[1])
             report.buffers[key] = report.buffers.get(key, 0.0) + float(match[3])
+    for layer in sorted(device_of_layer):
+        name = device_of_layer[layer]
+        report.layers_by_device[name] = report.layers_by_device.get(name, 0) + 1
     return report
 
 
@@ -113,9 +138,10 @@ class LlamaLogCapture:
             if not line.strip():
                 continue
             # A load logs thousands of DEBUG lines (one per tensor): they go to the log
-            # file only, so the lines kept for reports are the INFO ones and worse.
+            # file only, so the lines kept for reports are the INFO ones and worse, and
+            # the one line per layer that says which device holds it.
             log.log(self._level, "%s", line)
-            if self._level > logging.DEBUG:
+            if self._level > logging.DEBUG or "assigned to device" in line:
                 self.recent.append(line)
                 self._total += 1
 

@@ -18,10 +18,11 @@ that it controls three things:
   checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same
   tokens as with plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
 
-``use_extra_bufts`` and ``progress_callback`` are fields of llama.cpp's model params,
-but ``Llama()`` in llama-cpp-python 0.3.36 has no argument for them (an unknown keyword is
-silently ignored), so :func:`_model_params_override` sets them on the params ``Llama()``
-asks for while the model loads.
+``use_extra_bufts``, ``progress_callback`` and ``devices`` are fields of llama.cpp's model
+params, but ``Llama()`` in llama-cpp-python 0.3.36 has no argument for them (an unknown
+keyword is silently ignored), so :func:`_model_params_override` sets them on the params
+``Llama()`` asks for while the model loads — ``devices`` to the remote workers' devices
+and this computer's GPUs when the load names workers (:mod:`models.rpc.devices`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from models.engine.sessions import (SessionStore, SessionUnusable, capture_state
                                     session_fingerprint)
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+from models.rpc.devices import use_remote_devices
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +64,16 @@ TEST_CRASH_ENV = "QUANTDESK_ENGINE_TEST_CRASH"
 @contextlib.contextmanager
 def _model_params_override(use_extra_bufts: bool,
                            on_progress: Optional[Callable[[float], None]] = None,
-                           parallel: int = 1, cpu_moe_layers: int = 0) -> Iterator[None]:
+                           parallel: int = 1, cpu_moe_layers: int = 0,
+                           endpoints: tuple[str, ...] = (),
+                           device_names: Optional[list[str]] = None) -> Iterator[None]:
     """While ``Llama()`` builds its params, set ``use_extra_bufts`` on the model params,
     llama.cpp's load progress callback (fraction of the tensors read, 0 to 1) when
     ``on_progress`` is given, and on the context params one sequence per slot, each with a
     KV cache of its own (``kv_unified`` off: a sequence's attention reads its own cells
     only, so idle slots' caches cost nothing per token), and for a mixture-of-experts model
-    the tensor overrides that keep the first ``cpu_moe_layers`` layers' experts in RAM."""
+    the tensor overrides that keep the first ``cpu_moe_layers`` layers' experts in RAM;
+    with remote ``endpoints``, the model's device list (their names go to ``device_names``)."""
     original = llama_low.llama_model_default_params
     original_context = llama_low.llama_context_default_params
 
@@ -85,6 +90,9 @@ def _model_params_override(use_extra_bufts: bool,
         params = original()
         params.use_extra_bufts = use_extra_bufts
         keep_experts_on_cpu(params, cpu_moe_layers)
+        names = use_remote_devices(params, endpoints)
+        if device_names is not None:
+            device_names[:] = names
         if callback is not None:
             params.progress_callback = callback  # kept alive by this frame until the load ends
         return params
@@ -115,14 +123,18 @@ class LoadedModel:
     """
 
     def __init__(self, path: str, settings: LoadSettings, log_capture: LlamaLogCapture,
-                 on_progress: Optional[Callable[[float], None]] = None) -> None:
+                 on_progress: Optional[Callable[[float], None]] = None,
+                 endpoints: tuple[str, ...] = ()) -> None:
         self.path = path
         self.settings = settings
+        #: Remote devices as llama.cpp named them, e.g. ``"RPC0 (127.0.0.1:41234)"``.
+        self.device_names: list[str] = []
         mark = log_capture.mark()
         started = time.perf_counter()
         try:
             with _model_params_override(settings.use_extra_bufts, on_progress, settings.parallel,
-                                        settings.cpu_moe_layers):
+                                        settings.cpu_moe_layers, tuple(endpoints),
+                                        self.device_names):
                 self.llm = llama_cpp.Llama(
                     model_path=path,
                     n_gpu_layers=settings.gpu_layers,
@@ -137,6 +149,7 @@ class LoadedModel:
                     type_v=KV_CACHE_TYPES[settings.kv_cache_type_v],
                     use_mmap=settings.use_mmap,
                     use_mlock=settings.use_mlock,
+                    tensor_split=list(settings.device_split) or None,
                     verbose=False,
                 )
                 self.draft: Optional[DraftModel] = None
@@ -161,6 +174,9 @@ class LoadedModel:
         self.fingerprint = session_fingerprint(path, settings, llama_cpp.__version__)
         self.load_seconds = time.perf_counter() - started
         self.offload = parse_offload_report(log_capture.lines_since(mark))
+        for name in self.device_names:  # "RPC0 (127.0.0.1:50052)" → RPC0: the endpoint
+            device, _, endpoint = name.partition(" (")
+            self.offload.device_labels[device] = endpoint.rstrip(")")
         if self.offload.layers_total == 0:
             # A build without GPU offload support does not log the layer split: all of
             # the blocks and the output layer stay on the CPU.

@@ -14,7 +14,9 @@ combination is refused here with an explanation instead of failing inside the en
   (32 values per ``q8_0``/``q4_0`` block);
 - GPU layers need a GPU backend in this build and a GPU it can see;
 - "expert layers kept on the CPU" (llama.cpp's ``--n-cpu-moe``) applies to
-  mixture-of-experts models only, and counts layers from the first.
+  mixture-of-experts models only, and counts layers from the first;
+- remote devices (other computers' workers, :mod:`models.rpc`) count as GPUs for "GPU
+  layers", as llama.cpp treats them; a split gives one share per device.
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ class LoadSettings:
             the GPU (llama.cpp's ``--n-cpu-moe``): 0 for none, ``-1`` for all. Experts are
             most of such a model's bytes but each token reads few of them, so this lets a
             30B MoE run with a small GPU. Ignored (0) for dense models.
+        remote_devices: Other computers' workers (``quantdesk worker``) whose devices take
+            part of the layers: ``host:port`` or ``ssh://user@host`` entries
+            (:mod:`models.rpc.endpoints`). They count as GPUs for ``gpu_layers``; the
+            layers not offloaded stay on this computer's CPU.
+        device_split: Shares of the offloaded layers per device, in llama.cpp's order
+            (the remote devices, then this computer's GPUs), e.g. ``(1, 1)``; empty: in
+            proportion to each device's free memory (llama.cpp's default).
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -95,6 +104,8 @@ class LoadSettings:
     draft_model: Optional[str] = None
     parallel: int = 1
     cpu_moe_layers: int = 0
+    remote_devices: tuple[str, ...] = ()
+    device_split: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""
@@ -104,6 +115,9 @@ class LoadSettings:
     def from_dict(cls, values: dict) -> "LoadSettings":
         """The inverse of :meth:`to_dict`; unknown keys are ignored."""
         known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__}
+        for name in ("remote_devices", "device_split"):  # lists after JSON or the pipe
+            if name in known and known[name] is not None:
+                known[name] = tuple(known[name])
         return cls(**known)
 
 
@@ -135,14 +149,15 @@ def validate_settings(
         QuantDeskError: A value is out of range or the combination cannot work.
     """
     cpus = cpu_count or os.cpu_count() or 1
+    remote = _remote_devices(settings)
     max_layers = model.max_gpu_layers
     gpu_layers = settings.gpu_layers
     if gpu_layers == ALL_LAYERS:
-        gpu_layers = max_layers if gpu_count else 0
+        gpu_layers = max_layers if gpu_count or remote else 0
     _require_int("GPU layers", gpu_layers, 0, max_layers,
                  f"0 (all on the CPU) up to {max_layers} (all {model.block_count} blocks of "
                  f"{model.name} and its output layer), or -1 for all")
-    if gpu_layers > 0 and gpu_count == 0:
+    if gpu_layers > 0 and gpu_count == 0 and not remote:
         raise QuantDeskError(
             f"{gpu_layers} GPU layers were asked for, but this llama.cpp build sees no GPU "
             "(it has no CUDA, Metal or Vulkan backend, or no driver found a device).",
@@ -207,7 +222,38 @@ def validate_settings(
     cpu_moe_layers = _expert_layers(settings.cpu_moe_layers, model)
     return replace(settings, gpu_layers=gpu_layers, main_gpu=main_gpu, threads=threads,
                    batch_threads=batch_threads, context_length=context, draft_model=draft,
-                   cpu_moe_layers=cpu_moe_layers)
+                   cpu_moe_layers=cpu_moe_layers, remote_devices=remote,
+                   device_split=_device_split(settings.device_split, remote, gpu_count))
+
+
+def _remote_devices(settings: LoadSettings) -> tuple[str, ...]:
+    """The remote device entries, checked for form (reaching them is the client's job)."""
+    from models.rpc.endpoints import parse_remote_devices
+
+    return tuple(d.text for d in parse_remote_devices(settings.remote_devices or ()))
+
+
+def _device_split(split: Sequence[float], remote: Sequence[str], gpu_count: int) -> tuple[float, ...]:
+    """A split checked for form: non-negative shares, not all zero, at most one per device
+    llama.cpp can take. (How many devices the workers offer is known once they answer;
+    the engine client checks the length then.)"""
+    shares = tuple(split or ())
+    if not shares:
+        return ()
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in shares) \
+            or not any(shares):
+        raise QuantDeskError(f"The device split {', '.join(map(str, shares))} is not a list of "
+                             "shares.", "Give one non-negative number per device, e.g. 1,1, or "
+                             "leave it empty to split by free memory.")
+    if not remote and gpu_count < 2:
+        raise QuantDeskError("A device split needs at least two devices to split between.",
+                             "Add remote devices, or leave the split empty.")
+    from models.rpc.endpoints import MAX_REMOTE_DEVICES
+
+    if len(shares) > MAX_REMOTE_DEVICES:
+        raise QuantDeskError(f"The device split has {len(shares)} shares; llama.cpp takes at "
+                             f"most {MAX_REMOTE_DEVICES}.", "Give one share per device.")
+    return tuple(float(v) for v in shares)
 
 
 def _expert_layers(value: object, model: GGUFModelInfo) -> int:

@@ -84,7 +84,19 @@ def _fit(path: Path, settings: Any, slots: int):
     """memory_fit's verdict for ``settings`` with ``slots`` contexts of its length."""
     from models.memory_fit import FitSettings, fit_on_this_machine, free_memory
 
-    vram = free_memory()[1]
+    ram, vram = free_memory()
+    if settings.remote_devices:
+        # The offloaded layers live on other computers' workers (llama.cpp checks their
+        # memory): this computer's RAM holds the rest.
+        from dataclasses import replace
+
+        from models.memory_fit import judge_fit, predict_memory
+
+        prediction = predict_memory(path, FitSettings(
+            n_ctx=max(settings.context_length, 1) * slots, kv_type=settings.kv_cache_type_k,
+            n_gpu_layers=settings.gpu_layers, n_batch=settings.batch_size,
+            n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention))
+        return judge_fit(replace(prediction, weights_gpu=0, kv_gpu=0, compute_gpu=0), ram, None)
     return fit_on_this_machine(path, FitSettings(
         n_ctx=max(settings.context_length, 1) * slots, kv_type=settings.kv_cache_type_k,
         n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,

@@ -1,7 +1,8 @@
 """PyInstaller hook for llama-cpp-python, which PyInstaller has no hook of its own for.
 
 llama_cpp loads ``libllama``, ``libggml*`` (one library per backend: CPU, CUDA, Metal,
-Vulkan) and ``libmtmd`` with ctypes from ``llama_cpp/lib`` next to its package, so import
+Vulkan, and RPC — ``libggml-rpc``, which ``quantdesk worker`` and remote devices use) and
+``libmtmd`` with ctypes from ``llama_cpp/lib`` next to its package, so import
 analysis never sees them. Collect them at the same relative place; PyInstaller then finds
 their own dependencies (libgomp, CUDA runtime, libvulkan) through its binary analysis.
 """

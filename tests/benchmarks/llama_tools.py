@@ -69,7 +69,9 @@ def default_cache_dir() -> Path:
 
 def build_options() -> list[str]:
     """Every CMake option of the tools' build: :data:`TOOL_OPTIONS` and this CPU's."""
-    return list(TOOL_OPTIONS) + cmake_args()
+    # The tools' own options already turn the RPC backend on; the engine's options add
+    # it too, and a repeated option would make the cached build look stale.
+    return list(TOOL_OPTIONS) + [a for a in cmake_args() if a not in TOOL_OPTIONS]
 
 
 def build_info() -> str:

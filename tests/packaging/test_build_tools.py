@@ -86,3 +86,14 @@ def test_desktop_entry_opens_gguf_files():
     assert "MimeType=application/x-gguf;" in entry and "%f" in entry
     mime = (REPO_ROOT / "packaging" / "linux" / "quantdesk-mime.xml").read_text()
     assert 'type="application/x-gguf"' in mime and 'pattern="*.gguf"' in mime
+
+
+def test_every_build_has_the_rpc_backend_and_its_wheel_key_differs(monkeypatch):
+    # A wheel built before GGML_RPC=ON joined the options has another cache key, so
+    # install.sh and build.py compile a new one instead of reusing it.
+    for portable in (False, True):
+        for backend in llama_cmake_args.BACKENDS:
+            assert "-DGGML_RPC=ON" in llama_cmake_args.cmake_args(backend, portable)
+    args = llama_cmake_args.cmake_args("cpu")
+    without_rpc = [a for a in args if a != "-DGGML_RPC=ON"]
+    assert llama_cmake_args.wheel_key(args) != llama_cmake_args.wheel_key(without_rpc)

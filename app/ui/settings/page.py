@@ -1,5 +1,6 @@
 """The Settings page: folders, Hugging Face token and endpoint, theme, default load settings,
-and the disk used by saved KV sessions.
+the disk used by saved KV sessions, and a worker that lends this computer's devices to a
+model loaded on another computer (:class:`app.core.local_worker.LocalWorker`).
 
 The token goes through :mod:`models.hub.auth` (a 0600 file; never shown back, only where
 it comes from); "Test" asks the Hub's whoami off the GUI thread. The endpoint, theme and
@@ -17,7 +18,7 @@ from typing import Optional
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
-    QWidget,
+    QSpinBox, QWidget,
 )
 
 from app.core.errors import QuantDeskError
@@ -83,6 +84,7 @@ class SettingsPage(Page):
         layout.addWidget(self._appearance_box())
         layout.addWidget(self._load_box())
         layout.addWidget(self._sessions_box())
+        layout.addWidget(self._worker_box())
         layout.addStretch(1)
 
     # ----------------------------------------------------------------- folders
@@ -361,6 +363,60 @@ class SettingsPage(Page):
             return
         self._run(lambda report, cancel: SessionStore.default().clear(), lambda _freed: self.measure_sessions(),
                   lambda text: self.banner.show_message(text, level="error"))
+
+    # ----------------------------------------------------------------- worker
+    def _worker_box(self) -> QGroupBox:
+        from app.core.local_worker import LocalWorker
+        from models.rpc.endpoints import DEFAULT_WORKER_PORT
+
+        box = QGroupBox("Worker: lend this computer's devices to another computer")
+        column = QFormLayout(box)
+        self.local_worker = LocalWorker()
+        self.worker_label = QLabel(
+            "Another computer's QuantDesk can put part of a model's layers here while a worker "
+            "runs. It listens on 127.0.0.1 only: the other computer reaches it through SSH "
+            "(remote device ssh://you@this-computer), so nothing is open to the network.")
+        self.worker_label.setObjectName("workerStatus")
+        self.worker_label.setWordWrap(True)
+        self.worker_port = QSpinBox()
+        self.worker_port.setRange(1024, 65535)
+        self.worker_port.setValue(DEFAULT_WORKER_PORT)
+        self.worker_port.setAccessibleName("Worker port")
+        self.worker_button = QPushButton("Start worker")
+        self.worker_button.setAccessibleName("Start or stop the worker")
+        self.worker_button.clicked.connect(self.toggle_worker)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Port"))
+        row.addWidget(self.worker_port)
+        row.addWidget(self.worker_button)
+        row.addStretch(1)
+        column.addRow(self.worker_label)
+        column.addRow(row)
+        return box
+
+    def toggle_worker(self) -> None:
+        """Start the worker (off the GUI thread: it waits for the handshake) or stop it."""
+        if self.local_worker.running:
+            self.local_worker.stop()
+            self._show_worker(self.local_worker.status())
+            return
+        self.worker_button.setEnabled(False)
+        self.worker_label.setText("Starting the worker …")
+        port = self.worker_port.value()
+
+        def failed(text: str) -> None:
+            self.worker_button.setEnabled(True)
+            self._show_worker(self.local_worker.status())
+            self.banner.show_message(text, level="error")
+
+        self._run(lambda report, cancel: self.local_worker.start(port), self._show_worker, failed)
+
+    def _show_worker(self, status) -> None:
+        self.worker_button.setEnabled(True)
+        self.worker_button.setText("Stop worker" if status.running else "Start worker")
+        self.worker_port.setEnabled(not status.running)
+        self.worker_label.setText(status.sentence)
+        self.answered.emit(status.sentence)
 
     def _run(self, work, done, failed) -> JobWorker:
         return start_job(work, done, failed, owner=self)

@@ -86,6 +86,15 @@ class LoadSettingsForm(QWidget):
         self.draft = QLineEdit()
         self.draft.setAccessibleName("Draft model")
         self.draft.setPlaceholderText("none (path of a small GGUF of the same family)")
+        self.remote = QLineEdit()
+        self.remote.setAccessibleName("Remote devices")
+        self.remote.setPlaceholderText("none (host:port or ssh://user@host, comma-separated)")
+        self.remote.setToolTip(
+            "Other computers' workers (`quantdesk worker` there) that take part of the layers; "
+            "they count as GPUs for GPU layers. ssh://user@host reaches a worker through an SSH "
+            "tunnel; host:port connects directly, without a password or encryption, so use it "
+            "only on this computer or a network you trust. Splitting is slower than one "
+            "computer: use it when the model does not fit here.")
         self.context_label = QLabel()
         self.verdict = QLabel()
         self.verdict.setObjectName("fitVerdict")
@@ -108,6 +117,7 @@ class LoadSettingsForm(QWidget):
         form.addRow(self.flash)
         form.addRow(self.mmap)
         form.addRow(self.mlock)
+        form.addRow("Remote devices", self.remote)
         if not defaults:
             form.addRow("Draft model", self.draft)
             form.addRow(self.verdict)
@@ -132,6 +142,8 @@ class LoadSettingsForm(QWidget):
         self.flash.toggled.connect(self.update_verdict)
         self.kv_v.currentTextChanged.connect(self._v_cache_chosen)
         self.flash.toggled.connect(self._flash_toggled)
+        self.remote.textChanged.connect(self._show_gpu_layers)
+        self.remote.textChanged.connect(self.update_verdict)
         self.set_settings(LoadSettings())
 
     def _slider(self, name: str, value_name: str) -> tuple[QSlider, QLabel, QHBoxLayout]:
@@ -180,6 +192,9 @@ class LoadSettingsForm(QWidget):
         self.mmap.setChecked(settings.use_mmap)
         self.mlock.setChecked(settings.use_mlock)
         self.draft.setText(settings.draft_model or "")
+        with QSignalBlocker(self.remote):
+            self.remote.setText(", ".join(settings.remote_devices))
+        self._show_gpu_layers()
         self.update_verdict()
 
     # -- GPU layers ------------------------------------------------------------------
@@ -210,6 +225,9 @@ class LoadSettingsForm(QWidget):
             tip = "Choose a model first: how many of its layers can go to the GPU depends on the model."
         elif not gpu:
             tip = "No GPU was found by this llama.cpp build: everything runs on the CPU."
+        elif self._remote_entries():
+            tip = (f"Layers of the model to put on the GPUs and the remote devices (all: {top}, "
+                   "the output layer included, which goes first); the rest stay on this CPU.")
         else:
             tip = f"Layers of the model to put on the GPU (all: {top}, the output layer included)."
         self.gpu_layers.setToolTip(tip)
@@ -220,7 +238,13 @@ class LoadSettingsForm(QWidget):
         """Whether GPU layers can be chosen: there is a GPU; in defaults mode also while
         the machine is not known yet (once it is known to have none, a number of layers
         would be refused at every load)."""
-        return bool(self._vram) or (self.defaults and not self._machine_known)
+        return bool(self._vram) or bool(self._remote_entries()) or \
+            (self.defaults and not self._machine_known)
+
+    def _remote_entries(self) -> tuple[str, ...]:
+        """The remote devices as typed (their form is checked when the model loads)."""
+        return tuple(e.strip() for e in self.remote.text().replace("\n", ",").split(",")
+                     if e.strip())
 
     def _label_gpu_layers(self) -> None:
         """The slider's value in words beside it (also its accessible description)."""
@@ -381,7 +405,26 @@ class LoadSettingsForm(QWidget):
                        flash_attention=self.flash.isChecked(), use_mmap=self.mmap.isChecked(),
                        use_mlock=self.mlock.isChecked(),
                        cpu_moe_layers=self._wanted_cpu_moe,
+                       remote_devices=self._remote_entries(),
                        draft_model=base.draft_model if self.defaults else (self.draft.text().strip() or None))
+
+    def _remote_share(self, prediction, s: LoadSettings, gpu: int):
+        """With remote devices: the prediction for this computer only, and a sentence with
+        each device's share (:func:`models.memory_fit.device_shares`; the split as set, or
+        equal shares standing for "by free memory", which the workers tell at load)."""
+        from models.memory_fit import FitSettings, device_shares
+
+        names = list(s.remote_devices) + (["this computer's GPU"] if self._vram else [])
+        split = list(s.device_split) or [1.0] * len(names)
+        split += [1.0] * (len(names) - len(split))
+        shares = device_shares(self._header, FitSettings(
+            n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
+            n_gpu_layers=gpu), list(zip(names, split[:len(names)])))
+        parts = "; ".join(f"{d.name}: {d.layers} layers, {human_size(d.total)}" for d in shares)
+        basis = "as split" if s.device_split else "in equal shares here; by free memory when loading"
+        if not self._vram:  # the offloaded layers are the workers': not this computer's RAM
+            prediction = replace(prediction, weights_gpu=0, kv_gpu=0, compute_gpu=0)
+        return prediction, f"<br>Layers by device ({basis}): {parts}."
 
     def update_verdict(self) -> None:
         """Predict RAM/VRAM for the settings on screen (arithmetic on the cached header)."""
@@ -394,7 +437,8 @@ class LoadSettingsForm(QWidget):
         from models.memory_fit import FitSettings, judge_fit, predict_memory
 
         s = self.settings()
-        gpu = 0 if not self._vram else (self._layers + 1 if s.gpu_layers == ALL_LAYERS else s.gpu_layers)
+        gpu = 0 if not self._gpu_usable() else (self._layers + 1 if s.gpu_layers == ALL_LAYERS
+                                                else s.gpu_layers)
         try:
             prediction = predict_memory(self._header, FitSettings(
                 n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
@@ -403,9 +447,13 @@ class LoadSettingsForm(QWidget):
         except Exception as exc:  # a header memory_fit cannot read: say so, keep going
             self.verdict.setText(f"Memory use cannot be predicted for this model ({exc}).")
             return
+        remote_note = ""
+        if s.remote_devices:
+            prediction, remote_note = self._remote_share(prediction, s, gpu)
         verdict = judge_fit(prediction, self._ram, self._vram)
         vram = f", VRAM {human_size(prediction.vram)}" if prediction.vram else ""
         params = f" {prediction.parameters_text} parameters." if self._is_moe() else ""
         self.verdict.setText(f'<b style="color:{fit_colour(verdict.verdict)}">{verdict.verdict.capitalize()}</b>: '
-                             f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.{params}")
+                             f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.{params}"
+                             f"{remote_note}")
         self.verdict.setProperty("verdict", verdict.verdict)
