@@ -54,8 +54,12 @@ AS_USER=(runuser -u "$BUILD_USER" -- env -i HOME="$HOME_DIR" USER="$BUILD_USER" 
 CLONE="$HOME_DIR/quantdesk"
 step "fresh clone of $SOURCE ($BRANCH) into $CLONE, as $BUILD_USER"
 rm -rf "$CLONE"
-# safe.directory: the source belongs to another user (root), which git otherwise refuses.
-"${AS_USER[@]}" git -c safe.directory='*' clone --quiet --branch "$BRANCH" "$SOURCE" "$CLONE"
+# A local source belongs to another user (root), which git refuses ("dubious ownership")
+# unless told otherwise, in the clone and in the upload-pack it starts (git 2.39).
+URL="$SOURCE"
+[[ -d "$SOURCE" ]] && URL="file://$(cd "$SOURCE" && pwd)"
+"${AS_USER[@]}" git -c safe.directory='*' clone --quiet --upload-pack='git -c safe.directory=* upload-pack' \
+    --branch "$BRANCH" "$URL" "$CLONE"
 "${AS_USER[@]}" git -C "$CLONE" log -1 --format='commit %h %s'
 
 step "python3 packaging/build.py as $BUILD_USER (PATH=$USER_PATH, $($PYTHON3 --version))"
