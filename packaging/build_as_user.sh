@@ -70,10 +70,9 @@ if ! "${AS_USER[@]}" bash -c 'cd "$1" && python3 packaging/build.py' _ "$CLONE" 
     exit 1
 fi
 ls -l "$CLONE"/dist/quantdesk_*.deb "$CLONE"/dist/QuantDesk-*-linux-*.tar.gz
-if find "$CLONE" -xdev ! -user "$BUILD_USER" -newer "$CLONE/.git/HEAD" -print -quit | grep -q .; then
-    echo "note: files not owned by $BUILD_USER appeared in the clone:" >&2
-    find "$CLONE" -xdev ! -user "$BUILD_USER" -newer "$CLONE/.git/HEAD" | head >&2
-fi
+chown "$BUILD_USER:" "$LOG"
+foreign=$(find "$CLONE" -xdev ! -user "$BUILD_USER" | head)
+[[ -z "$foreign" ]] || { echo "files not owned by $BUILD_USER appeared in the clone:" >&2; echo "$foreign" >&2; exit 1; }
 
 if [[ $SMOKE == 1 ]]; then
     step "packaging/smoke_test.sh --no-build on $CLONE/dist (as root)"
