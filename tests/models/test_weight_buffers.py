@@ -1,9 +1,12 @@
 """Where llama.cpp puts CPU weights, and how big each buffer is: prediction against its log.
 
 The engine (the real child process, llama.cpp inside) loads SmolLM2 (Q4_1: nothing to
-repack on x86) and a tiny Qwen3-MoE that QuantDesk converted and quantized to Q4_K_M
-(its Q4_K matrices and experts are repacked where the CPU backend has CPU_REPACK and
-AVX2), with the experts kept on the CPU, with and without mmap and extra buffer types.
+repack on x86), a tiny Qwen3-MoE that QuantDesk converted and quantized to Q4_K_M (its
+Q4_K matrices and experts are repacked where the CPU backend has CPU_REPACK and AVX2),
+with the experts kept on the CPU, and a tiny llama whose output matrix is its token
+embedding, quantized to Q4_0 throughout (``--pure``: the table is looked up in the
+mapped file and repacked a second time as the output matrix), with and without mmap and
+extra buffer types.
 Each model buffer llama.cpp logs (``CPU_Mapped``, ``CPU_REPACK``, ``CPU``) must be within
 2 % of :func:`models.memory_fit.predict_memory`'s, and the KV and compute buffers within
 5 %. The rules themselves are checked on made-up tensors without llama.cpp.
@@ -128,6 +131,37 @@ def test_a_quantized_moe_models_buffers_with_experts_on_the_cpu(moe_q4_k_m):
     load_and_compare(moe_q4_k_m, replace(base, use_mmap=False))
     plain = load_and_compare(moe_q4_k_m, replace(base, use_extra_bufts=False))
     assert set(plain) == {MAPPED}
+
+
+@pytest.fixture(scope="module")
+def tied_q4_0(tmp_path_factory):
+    from quantize.convert import convert
+    from quantize.ftypes import FILE_TYPES
+    from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
+    from tests.factory.checkpoints import write_tiny_checkpoint
+
+    folder = tmp_path_factory.mktemp("tied")
+    ck = write_tiny_checkpoint(folder / "tiny-llama", arch="llama", tie_word_embeddings=True, config_overrides={
+        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2})
+    target = QuantizeTarget(FILE_TYPES["Q4_0"], folder / "tiny-llama-Q4_0.gguf")
+    quantize_model(convert(ck.path, folder / "tiny-llama-F16.gguf", "f16"), [target], QuantizeOptions(pure=True))
+    return target.path
+
+
+@pytest.mark.slow
+def test_a_tied_output_matrix_is_repacked_beside_the_mapped_table(tied_q4_0):
+    from models.engine.settings import LoadSettings
+
+    base = LoadSettings(threads=2, batch_threads=2, context_length=256)
+    mapped = load_and_compare(tied_q4_0, base)
+    load_and_compare(tied_q4_0, replace(base, use_mmap=False))
+    if {"AVX2"} <= this_cpu_backend().features and REPACK in this_cpu_backend().extra_buffers:
+        tensors = read_gguf_header(tied_q4_0).tensors
+        matrices = sum(t.n_bytes for t in tensors if t.name.startswith("blk.") and len(t.shape) == 2)
+        embd = next(t.n_bytes for t in tensors if t.name == "token_embd.weight")
+        # the blocks' matrices and the table again, as the output matrix (0.05 MiB)
+        assert mapped[REPACK] == pytest.approx((matrices + embd) / MIB, abs=0.01)
 
 
 @pytest.mark.slow
