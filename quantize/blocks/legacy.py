@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp16_to_fp32,
-                                 fp32_to_fp16, helper,
+                                 fp32_to_fp16, half_row_magnitude, helper,
                                  inline, kernel, key_value, magnitude_key, order_key, pick, put_fp16, row_key_range,
                                  stack_array, store_nibbles_in_range, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
@@ -174,11 +174,7 @@ def q8_0_from_f16(bits, out):
     found on the bits (``h & 0x7FFF`` orders like ``fabsf`` for every non-NaN value).
     """
     for blk in range(bits.shape[0]):
-        top = np.int32(0)
-        for j in range(32):
-            m = np.int32(np.int32(bits[blk, j]) & np.int32(0x7FFF))
-            top = max(top, pick(m > np.int32(0x7C00), np.int32(0), m))  # NaN never wins, as in q8_0_ref
-        d = fp16_to_fp32(top) / F32(127)
+        d = fp16_to_fp32(half_row_magnitude(bits, blk)) / F32(127)  # NaN never wins, as in q8_0_ref
         inv = _inverse(d)
         put_fp16(out, blk, 0, d)
         for j in range(32):
