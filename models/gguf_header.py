@@ -19,12 +19,15 @@ from quantize.gguf_layout import read_gguf_layout
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor's entry in the header: name, shape, ggml type and size in bytes."""
+    """One tensor's entry in the header: name, shape, ggml type, size in bytes, and where its
+    data starts in the file (``offset``; llama.cpp maps the file range of the weights it
+    keeps on the CPU, so the order of tensors in the file matters for memory)."""
 
     name: str
     shape: tuple[int, ...]
     ggml_type: int
     n_bytes: int
+    offset: int = 0
 
     @property
     def n_elements(self) -> int:
@@ -120,6 +123,16 @@ class GGUFHeader:
         return self.active_share((t.name, t.n_elements) for t in self.tensors)
 
 
+def laid_out(tensors: Iterable[tuple[str, tuple[int, ...], int, int]], alignment: int = 32) -> list[TensorInfo]:
+    """Tensors of a file not written yet, given the offsets a GGUF writer gives them: one
+    after the other in this order, each starting on ``alignment`` bytes."""
+    out, offset = [], 0
+    for name, shape, ggml_type, n_bytes in tensors:
+        out.append(TensorInfo(name, shape, ggml_type, n_bytes, offset))
+        offset += -(-n_bytes // alignment) * alignment
+    return out
+
+
 def read_gguf_header(path: Path) -> GGUFHeader:
     """Read ``path``'s metadata and tensor table.
 
@@ -129,6 +142,6 @@ def read_gguf_header(path: Path) -> GGUFHeader:
     layout = read_gguf_layout(Path(path))
     return GGUFHeader(
         metadata={entry.key: entry.value for entry in layout.metadata},
-        tensors=[TensorInfo(t.name, t.shape, int(t.qtype), t.nbytes) for t in layout.tensors],
+        tensors=[TensorInfo(t.name, t.shape, int(t.qtype), t.nbytes, t.offset) for t in layout.tensors],
         version=layout.version,
     )

@@ -11,9 +11,12 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
   embeddings) gets a copy of the token embedding there. The token embedding itself always
   stays on the CPU. Several devices (GPUs, other computers' workers) share the offloaded
   layers in proportion to their free memory or the user's split (:func:`layer_devices`,
-  :func:`device_shares`). A mixture-of-experts
-  model's expert tensors (``ffn_*_exps``) of the first ``cpu_moe_layers`` blocks stay on
-  the CPU whatever ``g`` says (llama.cpp's ``--n-cpu-moe``: a buffer-type override).
+  :func:`device_shares`). A mixture-of-experts model's expert tensors (``ffn_*_exps``) of
+  the first ``cpu_moe_layers`` blocks stay on the CPU whatever ``g`` says (llama.cpp's
+  ``--n-cpu-moe``: a buffer-type override). On a GPU a weight takes its bytes; on the CPU
+  it lands in the mapped file, a repacked copy (CPU_REPACK, AMX) or a plain buffer, by the
+  rules of :mod:`models.weight_buffers`: the mapped buffer counts the file's whole span
+  from the first to the last tensor kept there.
 - **KV cache**: per layer, ``n_ctx`` cells of K and V rows. ``n_ctx`` is padded up to a
   multiple of 256; a row is ``n_head_kv × head_dim`` values stored as the KV type (f16 =
   2 bytes; q8_0 = 34 bytes per 32 values; q4_0 = 18 per 32).
@@ -31,11 +34,21 @@ llama.cpp allocates three things (its log names them: ``model buffer``, ``KV buf
     them, in the memory they free (measured on a converted Qwen3-MoE at n_ctx 512 to 4096,
     with and without flash attention: tests/models/test_moe_models.py)
 
+  With layers on a GPU the GPU's buffer has that peak, and the host's holds the graph
+  inputs (the attention mask among them: ggml's scheduler allocates inputs on the CPU)
+  and the embeddings, ``mask + 3E``, or the logits phase when the output layer stays on
+  the CPU. Routed experts kept on the CPU do not add to it for micro-batches of 32 tokens
+  or more: the scheduler runs their products on the GPU (op offload); measured on an H100
+  with a Qwen3-MoE whose experts were all on the CPU (5.51 MiB logged, ``mask + 3E`` =
+  5.50 MiB at n_ctx 2048).
+
 These formulas were checked against llama.cpp's own log on SmolLM2 at several context
-lengths and KV types (tests/models/test_memory_fit.py), and on a converted Qwen3-MoE
-(tests/models/test_moe_models.py). The GPU split follows llama.cpp's rules but could not
-be measured on these GPU-less machines (tests/benchmarks/moe_offload_probe.py measures it
-where a CUDA build is at hand).
+lengths and KV types (tests/models/test_memory_fit.py), on a converted Qwen3-MoE
+(tests/models/test_moe_models.py), and each CPU weight buffer by name, repacked or mapped,
+with and without mmap (tests/models/test_weight_buffers.py, which also keeps the figures
+tests/benchmarks/moe_offload_probe.py measured on an H100: GPU weights and KV within
+0.2 %, CPU weights and compute to the hundredth of a MiB). Partial offload (some blocks on
+the CPU, the rest on a GPU) has not been measured.
 """
 
 from __future__ import annotations
@@ -49,10 +62,12 @@ from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.core.errors import QuantDeskError
 from models.gguf_header import GGUFHeader, is_expert_tensor, parameters_text, read_gguf_header
+from models.weight_buffers import CpuBackend, cpu_weight_buffers, this_cpu_backend
 
 KV_TYPES = {name: GGMLQuantizationType[name.upper()] for name in
             ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")}
 CTX_PAD = 256
+OP_OFFLOAD_MIN_BATCH = 32  # GPU backends run host-weight products of batches this big themselves
 FIT_SHARE = 0.8  # use at most this share of free memory and still call it a comfortable fit
 
 
@@ -67,6 +82,8 @@ class FitSettings:
     n_ubatch: int = 512
     flash_attn: Optional[bool] = None  # None: on when the KV cache is quantized (llama.cpp needs it)
     cpu_moe_layers: int = 0  # MoE: blocks (from the first) whose experts stay on the CPU; -1 all
+    use_mmap: bool = True  # the weights on the CPU are the mapped file
+    use_extra_bufts: bool = True  # llama.cpp may repack CPU weights for its faster kernels
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,7 @@ class MemoryPrediction:
     n_ctx: int
     parameters: int = 0
     active_parameters: int = 0
+    cpu_weight_buffers: tuple[tuple[str, int], ...] = ()  # (llama.cpp's buffer name, bytes)
 
     @property
     def parameters_text(self) -> str:
@@ -122,8 +140,13 @@ def _per_layer(value: Union[int, list, None], n_layer: int, default: int) -> lis
     return [int(value if value is not None else default)] * n_layer
 
 
-def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSettings()) -> MemoryPrediction:
-    """Predict llama.cpp's allocations for ``model`` loaded with ``settings``."""
+def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSettings(),
+                   backend: Optional[CpuBackend] = None) -> MemoryPrediction:
+    """Predict llama.cpp's allocations for ``model`` loaded with ``settings``.
+
+    ``backend`` is the CPU backend whose buffer types decide where CPU weights go
+    (default: the one llama.cpp runs with on this computer, :func:`this_cpu_backend`).
+    """
     header = model if isinstance(model, GGUFHeader) else read_gguf_header(Path(model))
     n_layer = int(header.arch_value("block_count", 0))
     n_embd = int(header.arch_value("embedding_length", 0))
@@ -139,22 +162,28 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     head_v = int(header.arch_value("attention.value_length", head_k))
     n_vocab = int(header.arch_value("vocab_size") or len(header.metadata.get("tokenizer.ggml.tokens") or ()))
 
+    # llama.cpp: i_gpu_start = L + 1 - g; layer L (the output layer) is the first to go
     gpu_layers = max(0, min(settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer + 1, n_layer + 1))
     first_gpu_layer = n_layer + 1 - gpu_layers
-    output_on_gpu = gpu_layers > 0
+    output_on_gpu = gpu_layers >= 1
     cpu_moe = n_layer if settings.cpu_moe_layers < 0 else settings.cpu_moe_layers
+    tied_output = not any(t.name == "output.weight" for t in header.tensors)
 
-    weights_cpu = weights_gpu = 0
+    weights_gpu = 0
+    on_cpu = []
     for tensor, layer, copy in _tensors_by_layer(header, n_layer):
         on_gpu = layer >= first_gpu_layer
         if copy and not on_gpu:
-            continue
+            continue  # on the CPU the output matrix is the embedding itself (see below)
         if on_gpu and layer < cpu_moe and is_expert_tensor(tensor.name):
             on_gpu = False  # the expert override wins over the layer's device
         if on_gpu:
             weights_gpu += tensor.n_bytes
         else:
-            weights_cpu += tensor.n_bytes
+            on_cpu.append(tensor)
+    buffers = cpu_weight_buffers(on_cpu, backend or this_cpu_backend(), settings.use_mmap,
+                                 settings.use_extra_bufts, tied_output and not output_on_gpu)
+    weights_cpu = sum(buffers.values())
 
     n_ctx = -(-settings.n_ctx // CTX_PAD) * CTX_PAD
     block, type_size = GGML_QUANT_SIZES[KV_TYPES[settings.kv_type]]
@@ -186,14 +215,15 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     compute = max(logits, attention, ffn)
     if gpu_layers == 0:
         compute_cpu, compute_gpu = compute, 0
-    else:  # the GPU runs the offloaded graph; the host keeps the un-offloaded part's buffer
+    else:  # the GPU runs the offloaded graph; the host keeps its inputs (the mask) and embeddings
         compute_gpu = compute
-        compute_cpu = 3 * act if output_on_gpu else logits
-        if cpu_moe > first_gpu_layer:  # experts of GPU layers run on the CPU: their products
-            compute_cpu = max(compute_cpu, routed)  # live in its buffer (not yet measured on a GPU)
+        compute_cpu = mask + 3 * act  # (the output layer is the first to go to the GPU)
+        if cpu_moe > 0 and n_ub < OP_OFFLOAD_MIN_BATCH:  # experts kept on the CPU run there
+            compute_cpu = max(compute_cpu, routed)
     return MemoryPrediction(weights_cpu, weights_gpu, kv_cpu, kv_gpu, compute_cpu, compute_gpu,
                             output=n_vocab * 4, n_ctx=n_ctx, parameters=header.parameter_count,
-                            active_parameters=header.active_parameter_count)
+                            active_parameters=header.active_parameter_count,
+                            cpu_weight_buffers=tuple(sorted(buffers.items())))
 
 
 def _tensors_by_layer(header: GGUFHeader, n_layer: int):

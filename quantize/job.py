@@ -5,7 +5,8 @@
 model once (:func:`quantize.gguf_output.write_ggufs`): each tensor is read a single time
 — from a GGUF, as a view of its memory map, pages mapped ahead on a loader thread — and
 encoded for every target on a thread pool over row chunks, each chunk widened to float32
-right before its compiled kernel (which releases the GIL, so all cores work). The next
+right before its compiled kernel (which releases the GIL, so all cores work), or, for Q8_0
+of F16 values, read by one kernel that widens as it goes. The next
 tensor's chunks are queued before the current one's are waited for, so no core idles at
 a tensor's end, and finished outputs are written on a writer thread meanwhile. A tensor
 whose type does not change is copied from the file (``StoredBytes``) on the job's own
@@ -242,8 +243,12 @@ class _TensorEncoder:
 
     def _encode_chunk(self, rows, out, start, stop, qtype, weights) -> None:
         check(self.cancel)
+        from quantize.blocks import F16_KERNELS, encode_f16_into
         from quantize.blocks.widen import to_bf16_bits, to_f16_bits, to_f32
 
+        if qtype in F16_KERNELS and rows.dtype == np.float16:  # one compiled pass, file to output
+            encode_f16_into(qtype, rows[start:stop], out[start:stop])
+            return
         step = max(1, _PIECE_VALUES // rows.shape[1])
         for first in range(start, stop, step):
             last = min(stop, first + step)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from models.gguf_header import parameters_text
-
 
 def _print_unfinished(models_dir) -> None:
     from models.hub.downloads import incomplete_downloads
@@ -16,6 +14,7 @@ def _print_unfinished(models_dir) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from models.gguf_header import parameters_text  # (numpy: not at every command's start)
     from models.library import Library
 
     library = Library()

@@ -125,12 +125,12 @@ def _folder_of(path: Path) -> Path:
 
 def _fit_header(plan: Any):
     """The GGUF header the plan's file will have, for :func:`models.memory_fit.predict_memory`."""
-    from models.gguf_header import GGUFHeader, TensorInfo
+    from models.gguf_header import GGUFHeader, laid_out
 
     metadata = {e.key: e.value for e in plan.metadata}
     metadata["general.architecture"] = plan.arch
-    tensors = [TensorInfo(p.tensor.name, tuple(reversed(p.tensor.shape)), int(p.qtype), p.nbytes)
-               for p in plan.tensors]
+    tensors = laid_out((p.tensor.name, tuple(reversed(p.tensor.shape)), int(p.qtype), p.nbytes)
+                       for p in plan.tensors)
     return GGUFHeader(metadata=metadata, tensors=tensors)
 
 
@@ -159,6 +159,8 @@ def fit_settings_from(load_settings: Optional[dict]):
         n_batch=int(values.get("batch_size") or 512),
         n_ubatch=int(values.get("micro_batch_size") or 512),
         flash_attn=bool(values["flash_attention"]) if "flash_attention" in values else None,
+        use_mmap=bool(values.get("use_mmap", True)),
+        use_extra_bufts=bool(values.get("use_extra_bufts", True)),
     )
 
 

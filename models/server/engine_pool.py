@@ -100,7 +100,9 @@ def _fit(path: Path, settings: Any, slots: int):
     return fit_on_this_machine(path, FitSettings(
         n_ctx=max(settings.context_length, 1) * slots, kv_type=settings.kv_cache_type_k,
         n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,
-        n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention))
+        n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention,
+        cpu_moe_layers=settings.cpu_moe_layers, use_mmap=settings.use_mmap,
+        use_extra_bufts=settings.use_extra_bufts))
 
 
 class EnginePool:

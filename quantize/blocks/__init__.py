@@ -2,7 +2,8 @@
 
 Importing this package registers an encoder in :data:`quantize.encode.ENCODERS` for
 Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (:mod:`.legacy`) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-(:mod:`.kquants`), each with and without importance weights (imatrix). Nothing is
+(:mod:`.kquants`), each with and without importance weights (imatrix), and Q8_0 straight
+from F16 (:func:`encode_f16_into`). Nothing is
 compiled on import: a kernel compiles on its type's first use (or loads from the disk
 cache, see :mod:`.jit`); :func:`compile_kernels` does it up front and says how long it took.
 
@@ -41,6 +42,24 @@ KERNELS = {
 }
 
 
+#: type -> kernel that encodes F16 values straight from their bits, ``kernel(bits, out)`` with
+#: ``bits`` ``(blocks, block)`` uint16 and ``out`` ``(blocks, block_bytes)`` uint8: for a type
+#: that ignores an imatrix, the whole of an F16 model's tensor in one pass (no float32 copy).
+F16_KERNELS = {QT.Q8_0: legacy.q8_0_from_f16}
+
+
+def encode_f16_into(qtype: QT, values: np.ndarray, out: np.ndarray) -> bool:
+    """Encode float16 ``values`` (``(rows, n_per_row)``, C-contiguous) into ``out`` (its
+    ``(rows, row_bytes)`` uint8 rows, C-contiguous) with ``qtype``'s F16 kernel; False,
+    with nothing written, when the type has none (widen to float32 and encode instead)."""
+    kernel = F16_KERNELS.get(qtype)
+    if kernel is None or values.dtype != np.float16:
+        return False
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    kernel(values.view(np.uint16).reshape(-1, block), out.reshape(-1, block_bytes))
+    return True
+
+
 def _encode(qtype: QT, values: np.ndarray, imatrix: Optional[np.ndarray]) -> np.ndarray:
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     ref, impl = KERNELS[qtype]
@@ -65,4 +84,6 @@ def compile_kernels(qtypes: Iterable[QT] = tuple(KERNELS), imatrix: bool = True)
         _encode(qtype, values, None)
         if imatrix and KERNELS[qtype][1] is not None:
             _encode(qtype, values, np.ones(block, np.float32))
+        encode_f16_into(qtype, np.ones((1, block), np.float16),
+                        np.empty((1, GGML_QUANT_SIZES[qtype][1]), np.uint8))
     return time.perf_counter() - start

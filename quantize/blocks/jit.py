@@ -323,6 +323,34 @@ def row_key_range(typingctx, x, row):
 
 
 @intrinsic
+def half_row_magnitude(typingctx, bits, row):
+    """The largest ``h & 0x7FFF`` over ``bits[row, 0:32]`` (a C-contiguous uint16 array of
+    float16 bits with rows of at least 32), NaNs (above ``0x7C00``) counted as 0: the bits
+    of the block's largest magnitude, which orders like ``fabsf`` of the widened values.
+
+    One 32-lane vector and LLVM's vector reduction; as a loop, LLVM unrolls it and leaves
+    it scalar (numba widens each uint16 to 64 bits), which cost as much as the rest of a
+    Q8_0 block.
+    """
+    if not (isinstance(bits, types.Array) and bits.ndim == 2 and bits.layout == "C" and bits.dtype == types.uint16
+            and isinstance(row, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i16 = ir.IntType(16)
+        lanes = ir.VectorType(i16, 32)
+        first = _row_pointer(context, builder, signature, args)
+        values = builder.load(builder.bitcast(first, lanes.as_pointer()), typ=lanes, align=2)
+        magnitude = builder.and_(values, ir.Constant(lanes, [0x7FFF] * 32))
+        nan = builder.icmp_unsigned(">", magnitude, ir.Constant(lanes, [0x7C00] * 32))
+        magnitude = builder.select(nan, ir.Constant(lanes, [0] * 32), magnitude)
+        across = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i16, [lanes]),
+                                                "llvm.vector.reduce.umax.v32i16")
+        return builder.zext(builder.call(across, [magnitude]), ir.IntType(32))
+    return types.int32(bits, row), codegen
+
+
+@intrinsic
 def store_nibbles_in_range(typingctx, x, row, shift, scale, bias, top, out, out_row, at):
     """Levels ``L[j] = min(top, (int)((x[row, j] - shift)*scale + bias))`` of one 32-value
     block, stored as ``out[out_row, at + j] = L[j] & 0xF | (L[j+16] & 0xF) << 4``

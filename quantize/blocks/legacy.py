@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp32_to_fp16, helper,
+from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp16_to_fp32,
+                                 fp32_to_fp16, half_row_magnitude, helper,
                                  inline, kernel, key_value, magnitude_key, order_key, pick, put_fp16, row_key_range,
                                  stack_array, store_nibbles_in_range, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
@@ -163,6 +164,24 @@ def q8_0_ref(x, qw, blocks_per_row, out):
         put_fp16(out, blk, 0, d)
         for j in range(32):
             out[blk, 2 + j] = np.uint8(c_trunc_i32(_roundf(x[blk, j] * inv)) & 0xFF)
+
+
+@streaming_kernel
+def q8_0_from_f16(bits, out):
+    """:func:`q8_0_ref` of F16 values, read as their bits (``(blocks, 32)`` uint16) and
+    widened in the kernel: one pass from the mapped file to the output, with no float32
+    copy between them. The same bytes: widening is exact, and the largest magnitude is
+    found on the bits (``h & 0x7FFF`` orders like ``fabsf`` for every non-NaN value).
+    """
+    for blk in range(bits.shape[0]):
+        d = fp16_to_fp32(half_row_magnitude(bits, blk)) / F32(127)  # NaN never wins, as in q8_0_ref
+        inv = _inverse(d)
+        put_fp16(out, blk, 0, d)
+        for j in range(32):
+            v = fp16_to_fp32(bits[blk, j]) * inv
+            t = np.trunc(v)  # C's roundf without a branch, so that the loop vectorizes
+            t = t + pick(np.abs(v - t) >= _HALF, pick(v > _ZERO, _ONE, -_ONE), _ZERO)
+            out[blk, 2 + j] = np.uint8(c_trunc_i32(t) & 0xFF)
 
 
 @inline

@@ -9,7 +9,7 @@ by :func:`models.engine.expert_offload.keep_experts_on_cpu`, and prints per sett
 buffers llama.cpp logged (MiB, by device) and :func:`models.memory_fit.predict_memory`'s,
 plus the tensors llama.cpp reports overridden and the decode speed.
 
-The figures of a run on an H100 are kept in tests/models/test_moe_models.py, which
+The figures of a run on an H100 are kept in tests/models/test_weight_buffers.py, which
 checks the prediction against them.
 """
 

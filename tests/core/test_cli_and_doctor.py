@@ -24,6 +24,17 @@ def test_version_names_quantdesk_and_llama_cpp():
     assert "llama-cpp-python 0." in result.stdout
 
 
+def test_every_command_starts_without_numpy():
+    """Each command's module is imported at every start (``--version`` included, 0.15 s
+    its goal): what is heavy must be imported inside the command. A module-level import of
+    models.gguf_header (numpy, 0.1-0.3 s) once slipped in this way."""
+    probe = ("import sys, app.cli; app.cli.build_parser(); "
+             "print(sorted(m for m in ('numpy', 'numba', 'quantize.blocks', 'models.gguf_header') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_doctor_reports_backends_cpu_folders_disk_and_ram(isolated_home):
     result = run_cli("doctor")
     assert result.returncode == 0, result.stderr

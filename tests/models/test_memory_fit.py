@@ -99,18 +99,21 @@ def test_prediction_is_within_10_percent_of_llama_cpp(smollm2_gguf):
 
 
 @pytest.mark.smollm2
-def test_gpu_layers_move_the_last_blocks_and_their_kv_to_vram(smollm2_gguf):
+def test_gpu_layers_move_the_output_layer_then_the_last_blocks_and_their_kv_to_vram(smollm2_gguf):
     header = read_gguf_header(smollm2_gguf)
+    embed = next(t.n_bytes for t in header.tensors if t.name == "token_embd.weight")
+    blocks = sum(t.n_bytes for t in header.tensors if t.name.startswith("blk."))
     cpu = predict_memory(header, FitSettings(n_ctx=2048))
-    half = predict_memory(header, FitSettings(n_ctx=2048, n_gpu_layers=15))
+    one = predict_memory(header, FitSettings(n_ctx=2048, n_gpu_layers=1))
+    half = predict_memory(header, FitSettings(n_ctx=2048, n_gpu_layers=16))
     full = predict_memory(header, FitSettings(n_ctx=2048, n_gpu_layers=-1))
     assert cpu.vram == 0
-    # 15 of the 31 layers: the output layer first, then the last 14 of the 30 blocks.
-    assert half.kv_gpu == cpu.kv_cpu * 14 // 30 and half.kv_cpu == cpu.kv_cpu * 16 // 30
-    embed = next(t.n_bytes for t in header.tensors if t.name == "token_embd.weight")
-    # SmolLM2 ties its output to the token embedding: the offloaded output layer is a copy.
-    assert half.weights_cpu + half.weights_gpu == cpu.weights_cpu + embed
+    # one layer is the output layer: SmolLM2 has no output.weight, so its token embedding
+    # is copied to the GPU as the output matrix, and no block's KV moves
+    assert one.kv_gpu == 0 and one.weights_gpu == embed + 4 * 576
+    assert half.kv_gpu == half.kv_cpu == cpu.kv_cpu // 2  # output + 15 of 30 blocks
     assert full.kv_cpu == 0 and full.kv_gpu == cpu.kv_cpu
+    assert full.weights_gpu == blocks + embed + 4 * 576  # blocks, the output norm, the copy
     assert full.weights_cpu == embed  # the token embedding always stays on the CPU
 
 

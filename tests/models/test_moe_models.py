@@ -127,7 +127,9 @@ def test_experts_on_the_cpu_move_only_expert_bytes_out_of_vram(moe_gguf):
     two = predict_memory(header, FitSettings(n_gpu_layers=-1, cpu_moe_layers=2))
     every = predict_memory(header, FitSettings(n_gpu_layers=-1, cpu_moe_layers=-1))
     assert all_gpu.weights_gpu - two.weights_gpu == expert_bytes[0] + expert_bytes[1]
-    assert two.weights_cpu - all_gpu.weights_cpu == expert_bytes[0] + expert_bytes[1]
+    # (RAM: the mapped file from the token embedding to layer 1's last expert, or repacked
+    # copies; tests/models/test_weight_buffers.py checks those against llama.cpp)
+    assert two.weights_cpu - all_gpu.weights_cpu >= expert_bytes[0] + expert_bytes[1]
     assert all_gpu.weights_gpu - every.weights_gpu == sum(expert_bytes.values())
     assert every.kv_gpu == all_gpu.kv_gpu  # attention and its cache stay on the GPU
     # on a CPU-only load the setting changes nothing

@@ -96,6 +96,30 @@ def test_every_kind_of_data_matches_libggml(qtype: QT, with_imatrix: bool) -> No
             _assert_same_bytes(values, qtype, _imatrix(512, rng) if with_imatrix else None)
 
 
+def test_q8_0_straight_from_f16_matches_libggml() -> None:
+    """The Q8_0 kernel that reads F16 bits (the quantize job's path for F16 models) writes
+    libggml's bytes for the values widened to float32, as llama_model_quantize widens them:
+    every kind of data as float16, with subnormals, the largest half, infinities, signed
+    zeros and blocks whose largest magnitude ties."""
+    from quantize.blocks import encode_f16_into
+
+    for seed in SEEDS:
+        rng = np.random.default_rng([seed, 8])
+        for kind in KINDS:
+            with np.errstate(over="ignore"):
+                halves = _case(kind, 6, 512, rng).astype(np.float16)
+            halves[0, :3] = [6e-8, -65504.0, 65504.0]
+            halves[1, 32:64] = rng.standard_normal(32).astype(np.float16) * np.float16(1e-6)  # subnormals
+            halves[2, 64:96] = -0.0
+            with np.errstate(all="ignore"):
+                expected = ggml_quantize(halves.astype(np.float32), QT.Q8_0, None)
+            ours = np.empty_like(expected)
+            assert encode_f16_into(QT.Q8_0, halves, ours)
+            differing = (ours.reshape(-1, 34) != expected.reshape(-1, 34)).any(axis=1)
+            assert not differing.any(), f"{kind}: {differing.sum()} blocks differ"
+    assert not encode_f16_into(QT.Q4_K, halves, np.empty((6, 512 // 256 * 144), np.uint8))  # no such kernel
+
+
 @pytest.mark.parametrize("with_imatrix", [False, True], ids=["ref", "imatrix"])
 @pytest.mark.parametrize("qtype", LEGACY + KQUANTS, ids=lambda t: t.name)
 def test_row_widths_match_libggml(qtype: QT, with_imatrix: bool) -> None:

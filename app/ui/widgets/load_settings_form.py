@@ -443,7 +443,8 @@ class LoadSettingsForm(QWidget):
             prediction = predict_memory(self._header, FitSettings(
                 n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
                 n_gpu_layers=gpu, n_batch=s.batch_size, n_ubatch=s.micro_batch_size,
-                flash_attn=s.flash_attention, cpu_moe_layers=s.cpu_moe_layers if self._is_moe() else 0))
+                flash_attn=s.flash_attention, cpu_moe_layers=s.cpu_moe_layers if self._is_moe() else 0,
+                use_mmap=s.use_mmap, use_extra_bufts=s.use_extra_bufts))
         except Exception as exc:  # a header memory_fit cannot read: say so, keep going
             self.verdict.setText(f"Memory use cannot be predicted for this model ({exc}).")
             return
