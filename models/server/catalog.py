@@ -9,10 +9,12 @@ Safetensors folders are left out: the engine runs GGUF files.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from models.library import Library, LibraryModel
 
@@ -58,3 +60,16 @@ def find_model(library: Library, model_id: str) -> Optional[ServedModel]:
             if model_id in (model.id, str(model.path)):
                 return model
     return None
+
+
+@functools.lru_cache(maxsize=32)
+def _template_at(path: str, mtime: float) -> Optional[str]:
+    from models.engine.gguf_info import read_model_info
+
+    return read_model_info(path).chat_template
+
+
+def template_of(path: Any) -> Optional[str]:
+    """The chat template in a GGUF file's header (``None``: it has none); read once per
+    version of the file."""
+    return _template_at(str(path), os.path.getmtime(path))

@@ -9,7 +9,10 @@ a JSON Schema, enforced by the grammar like ``response_format``), ``tools`` (cal
 :mod:`.tool_calls`, arguments as objects) and ``keep_alive`` (accepted; the server's idle
 unload applies) become engine options; replies stream as NDJSON, one object per line,
 the last with ``done: true``, ``done_reason`` and the counts and durations (nanoseconds).
-Model names are the Library ids; a ``:latest`` tag is ignored.
+Model names are the Library ids; a ``:latest`` tag is ignored. A reasoning model's
+thinking comes apart from the answer as ``thinking`` (in ``message`` for chat, beside
+``response`` for generate); ``think`` (``true``/``false``, or an effort such as ``"high"``,
+which is on) is the template's switch.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
-from models.server.catalog import served_models
+from models.engine.reasoning import REASONING_FIELD
+from models.server.catalog import served_models, template_of
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
 from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
@@ -63,6 +67,13 @@ def _options(body: Fields) -> dict:
     values["seed"] = None if seed is None or seed < 0 else seed % (2**32 - 1)
     predict = options.integer("num_predict", None, -2, MAX_INT)
     values["max_tokens"] = predict if predict and predict > 0 else None
+    think = body.get("think")
+    if isinstance(think, str) and think in ("high", "medium", "low"):
+        think = True
+    if think is not None and not isinstance(think, bool):
+        raise ApiError(400, "The field `think` must be true, false, \"high\", \"medium\" "
+                            "or \"low\".", param="think", code="invalid_value")
+    values["thinking"] = think
     kind = body.get("format")
     if kind == "json":
         values.update(structured_fields("json"))
@@ -97,6 +108,8 @@ def _messages(value: Any) -> list[dict]:
                                    for n, c in enumerate(calls)]
         if role == "tool":
             clean["tool_call_id"] = ""
+        if role == "assistant" and message.get("thinking"):
+            clean[REASONING_FIELD] = str(message["thinking"])
         out.append(clean)
     return out
 
@@ -126,6 +139,19 @@ def _final(gen: Generation, started: float) -> dict:
             "eval_duration": int((stats.decode_seconds if stats else 0) * 1e9)}
 
 
+def _message(content: str, thinking: str) -> dict:
+    """A chat message of the reply (``thinking`` only when there is some)."""
+    message = {"role": "assistant", "content": content}
+    if thinking:
+        message["thinking"] = thinking
+    return message
+
+
+def _generated(response: str, thinking: str) -> dict:
+    """A generate reply's text fields."""
+    return {"response": response, "thinking": thinking} if thinking else {"response": response}
+
+
 def _calls_of(gen: Generation, plan: Optional[ToolPlan]) -> Optional[list[dict]]:
     calls = plan.calls(gen) if plan is not None else None
     if not calls:
@@ -141,10 +167,11 @@ async def _ndjson(gen: Generation, chat: bool, plan: Optional[ToolPlan],
     try:
         try:
             async for event in gen.events():
-                if event.kind != "delta" or not event.text or plan is not None:
+                if event.kind != "delta" or not (event.text or event.reasoning) \
+                        or plan is not None:
                     continue  # tool replies are sent whole at the end: calls, or text
-                piece = {"message": {"role": "assistant", "content": event.text}} if chat \
-                    else {"response": event.text}
+                piece = {"message": _message(event.text, event.reasoning)} if chat \
+                    else _generated(event.text, event.reasoning)
                 yield json.dumps(dict(head, created_at=_now(), done=False, **piece)) + "\n"
             calls = _calls_of(gen, plan)
         except ApiError as exc:
@@ -186,6 +213,10 @@ def routes(core: ServerCore) -> list[Route]:
         return {"format": "gguf", "family": "", "families": None, "parameter_size": "",
                 "quantization_level": model.id.rsplit(".", 1)[-1] if "." in model.id else ""}
 
+    def capabilities(model: Any) -> list[str]:
+        template = template_of(model.path) or ""
+        return ["completion", "tools"] + (["thinking"] if "<think>" in template else [])
+
     def describe(model: Any) -> dict:
         stat = model.path.stat()
         modified = datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat()
@@ -221,11 +252,11 @@ def routes(core: ServerCore) -> list[Route]:
         calls = await gen.complete(request, lambda done: _calls_of(done, plan))
         out: dict = dict(model=gen.model.id, created_at=_now(), **_final(gen, started))
         if chat:
-            out["message"] = {"role": "assistant", "content": "" if calls else gen.text}
+            out["message"] = _message("" if calls else gen.answer, gen.reasoning)
             if calls:
                 out["message"]["tool_calls"] = calls
         else:
-            out["response"] = gen.text
+            out.update(_generated(gen.answer, gen.reasoning))
         return JSONResponse(out)
 
     async def chat(request: Request, log_fields: dict):
@@ -244,13 +275,11 @@ def routes(core: ServerCore) -> list[Route]:
     async def show(request: Request, log_fields: dict):
         body = Fields(await read_json_body(request, core.config.max_body_bytes))
         model = core.resolve(_model_id(body.get("model") or body.get("name")))
-        from models.server.tool_calls import template_of
-
         return JSONResponse({"modelfile": "", "parameters": "",
                              "template": template_of(model.path) or "",
                              "details": details(model),
                              "model_info": {"general.context_length": model.context_length},
-                             "capabilities": ["completion", "tools"],
+                             "capabilities": capabilities(model),
                              "modified_at": describe(model)["modified_at"]})
 
     async def ps(request: Request, log_fields: dict):
