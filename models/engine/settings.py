@@ -77,6 +77,10 @@ class LoadSettings:
             the GPU (llama.cpp's ``--n-cpu-moe``): 0 for none, ``-1`` for all. Experts are
             most of such a model's bytes but each token reads few of them, so this lets a
             30B MoE run with a small GPU. Ignored (0) for dense models.
+        embedding: Load for embeddings rather than chat: llama.cpp's context makes one
+            pooled vector per input (the model's own pooling, mean pooling when its
+            header names none) and the engine answers ``embed`` requests, not ``chat``.
+            One slot; a batch holds a whole context of inputs.
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -95,6 +99,7 @@ class LoadSettings:
     draft_model: Optional[str] = None
     parallel: int = 1
     cpu_moe_layers: int = 0
+    embedding: bool = False
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""

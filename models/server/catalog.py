@@ -30,6 +30,7 @@ class ServedModel:
     name: str
     context_length: Optional[int]  # the length it was trained for (header)
     created: int  # when it joined the library (seconds since the epoch)
+    embedding: bool = False  # an embedding model: vectors, not replies
 
 
 def _stem(model: LibraryModel) -> str:
@@ -49,7 +50,7 @@ def served_models(library: Library, rescan: bool = False) -> list[ServedModel]:
         stem = _stem(model)
         model_id = stem if counts[stem] == 1 else f"{Path(model.path).parent.name}/{stem}"
         served.append(ServedModel(model_id, Path(model.path), model.name, model.context_length,
-                                  int(model.added)))
+                                  int(model.added), bool(model.embedding)))
     return sorted(served, key=lambda m: m.id.lower())
 
 

@@ -528,6 +528,11 @@ class ServerCore:
         model = await run_blocking(self.resolve, model_id)  # may rescan the library
         log_fields["model"] = model.id
         entry = await self.engine(model)
+        if entry.embedding:
+            raise ApiError(400, f"{model.id} is an embedding model: it makes vectors "
+                                "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
+                                "replies. Choose a chat model.", param="model",
+                           code="embedding_model")
         if callable(options):  # options that depend on the slot's context (max_tokens)
             options = options(entry.context_per_slot)
         parts = None
@@ -559,6 +564,35 @@ class ServerCore:
             generation.finish(STATUS_CLIENT_CLOSED, "The client closed the connection.")
             raise
         return generation
+
+    async def embed(self, model_id: Any, inputs: list,
+                    log_fields: dict) -> tuple[ServedModel, Any, int]:
+        """The embedding of each input by an embedding model, and the tokens read; queued
+        for the model's slot like a reply.
+
+        Raises:
+            ApiError: An unknown model, a chat model, a refused input (400), a full queue.
+        """
+        if self.stopping:
+            raise ApiError(503, "The server is stopping.", code="server_stopping")
+        model = await run_blocking(self.resolve, model_id)
+        log_fields["model"] = model.id
+        entry = await self.engine(model)
+        if not entry.embedding:
+            raise ApiError(400, f"{model.id} is not an embedding model, so it makes replies, "
+                                "not embeddings. Choose a model the Library marks as an "
+                                "embedding model (GET /v1/models lists `embedding: true`).",
+                           param="model", code="not_an_embedding_model")
+        gate = self._gate(entry)
+        await gate.acquire()
+        try:
+            vectors, tokens = await run_blocking(entry.client.embed, inputs)
+        except QuantDeskError as exc:
+            raise from_quantdesk_error(exc) from None
+        finally:
+            gate.release()
+        log_fields["prompt_tokens"] = tokens
+        return model, vectors, tokens
 
     @staticmethod
     def _opens_reasoning(model: ServedModel, messages: list, thinking: Optional[bool]) -> bool:

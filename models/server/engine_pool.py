@@ -7,7 +7,8 @@ and the server's number of slots — after checking that it fits in memory
 attempted). A model the server loaded is unloaded after an idle time. The window hands
 its own chat engine over with :meth:`EnginePool.adopt`, so a model open in the Chat
 page is served by that same engine rather than loaded a second time; the pool never
-unloads an adopted engine.
+unloads an adopted engine. An embedding model (the Library's mark: an encoder
+architecture or a pooling type in its header) is loaded in embedding mode, with one slot.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class PooledEngine:
         """Requests the engine decodes together."""
         report = self.client.last_load
         return report.parallel if report is not None else 1
+
+    @property
+    def embedding(self) -> bool:
+        """Whether the model is loaded for embeddings (it makes vectors, not replies)."""
+        report = self.client.last_load
+        return bool(report is not None and getattr(report.settings, "embedding", False))
 
     @property
     def context_per_slot(self) -> int:
@@ -184,8 +191,12 @@ class EnginePool:
             return entry
 
     def _load(self, path: Path) -> Any:
+        from models.engine.gguf_info import read_model_info
+
         settings = self.settings_for(path)
-        slots = self._slots(path, settings)
+        if read_model_info(path).embedding:
+            settings = replace(settings, embedding=True, parallel=1)
+        slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()
         started = time.perf_counter()
@@ -198,9 +209,10 @@ class EnginePool:
                  client.last_load.context_length, time.perf_counter() - started)
         return client
 
-    def _slots(self, path: Path, settings: Any) -> int:
-        """The slots to load with; refuses (with memory_fit's sentence) what cannot fit."""
-        choices = (self.parallel,) if self.parallel else DEFAULT_SLOTS
+    def _slots(self, path: Path, settings: Any, choices: Optional[tuple] = None) -> int:
+        """The slots to load with (of ``choices``, by default the pool's); refuses (with
+        memory_fit's sentence) what cannot fit."""
+        choices = choices or ((self.parallel,) if self.parallel else DEFAULT_SLOTS)
         if not self.check_memory:
             return choices[0]
         for attempt in range(2):

@@ -1,6 +1,6 @@
 """Ollama's API, served on its own port when the user turns it on (``quantdesk serve
 --ollama-port 11434``): ``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``,
-``/api/ps``, ``/api/version``.
+``/api/ps``, ``/api/version``, ``/api/embed`` (and the older ``/api/embeddings``).
 
 Only translation lives here, as in :mod:`.openai_api`: Ollama's ``options``
 (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``num_predict``, ``stop``, ``seed``,
@@ -31,7 +31,8 @@ from models.engine.reasoning import REASONING_FIELD
 from models.server.catalog import served_models, template_of
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
+from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
+                                       structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import Tool, ToolChoice, ToolPlan, tool_request
 
@@ -214,6 +215,8 @@ def routes(core: ServerCore) -> list[Route]:
                 "quantization_level": model.id.rsplit(".", 1)[-1] if "." in model.id else ""}
 
     def capabilities(model: Any) -> list[str]:
+        if model.embedding:
+            return ["embedding"]
         template = template_of(model.path) or ""
         return ["completion", "tools"] + (["thinking"] if "<think>" in template else [])
 
@@ -293,6 +296,29 @@ def routes(core: ServerCore) -> list[Route]:
                                    size_vram=0, context_length=entry.context_per_slot))
         return JSONResponse({"models": loaded})
 
+    async def embed(request: Request, log_fields: dict):
+        started = time.perf_counter()
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        body.get("keep_alive")  # accepted: the server unloads idle models itself
+        body.refuse("dimensions", "this server returns the model's whole vectors.")
+        inputs = embedding_inputs(body.get("input"))
+        model, vectors, tokens = await core.embed(_model_id(body.get("model")), inputs,
+                                                  log_fields)
+        return JSONResponse({"model": model.id,
+                             "embeddings": [[float(x) for x in v] for v in vectors],
+                             "total_duration": int((time.perf_counter() - started) * 1e9),
+                             "load_duration": 0, "prompt_eval_count": tokens})
+
+    async def embeddings(request: Request, log_fields: dict):
+        """The older single-prompt endpoint: ``prompt`` in, ``embedding`` out."""
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise ApiError(400, "The field `prompt` must be a non-empty string.",
+                           param="prompt", code="invalid_value")
+        _, vectors, _ = await core.embed(_model_id(body.get("model")), [prompt], log_fields)
+        return JSONResponse({"embedding": [float(x) for x in vectors[0]]})
+
     async def version(request: Request, log_fields: dict):
         return JSONResponse({"version": VERSION})
 
@@ -305,4 +331,6 @@ def routes(core: ServerCore) -> list[Route]:
             Route("/api/show", core.endpoint(show), methods=["POST"]),
             Route("/api/ps", core.endpoint(ps), methods=["GET"]),
             Route("/api/version", core.endpoint(version), methods=["GET"]),
+            Route("/api/embed", core.endpoint(embed), methods=["POST"]),
+            Route("/api/embeddings", core.endpoint(embeddings), methods=["POST"]),
             Route("/", core.endpoint(root), methods=["GET", "HEAD"])]

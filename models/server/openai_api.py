@@ -1,4 +1,5 @@
-"""The OpenAI dialect: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``.
+"""The OpenAI dialect: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``.
 
 Only translation lives here — OpenAI's field names into engine options and messages, and
 engine events into OpenAI's response and stream-chunk shapes; everything else (models,
@@ -15,6 +16,7 @@ mid-stream is an ``{"error": ...}`` event, then the stream ends (the clients rai
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, AsyncIterator, Callable, Optional
 
@@ -28,7 +30,8 @@ from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
+from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
+                                       structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
 
@@ -435,6 +438,13 @@ async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _D
     return JSONResponse(reply)
 
 
+def _encode_vector(vector: Any, encoding: str) -> Any:
+    """A vector as JSON numbers, or base64 of its little-endian float32 bytes."""
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return [float(x) for x in vector]
+
+
 # -- endpoints ------------------------------------------------------------------------
 
 
@@ -450,6 +460,7 @@ def routes(core: ServerCore) -> list[Route]:
             context = core.pool.settings_for(model.path).context_length or model.context_length
         return {"id": model.id, "object": "model", "created": model.created,
                 "owned_by": "quantdesk", "loaded": entry is not None, "slots": slots,
+                "embedding": model.embedding,
                 "context_per_slot": context, "context_length": context,
                 "name": model.name, "path": str(model.path)}
 
@@ -500,8 +511,24 @@ def routes(core: ServerCore) -> list[Route]:
         return await _respond(core, request, body, _Dialect(False, logprobs),
                               options_for_slot(values), prompt=prompt, log_fields=log_fields)
 
+    async def embeddings(request: Request, log_fields: dict):
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        inputs = embedding_inputs(body.get("input"))
+        encoding = body.string("encoding_format", "float")
+        if encoding not in ("float", "base64"):
+            raise ApiError(400, f"encoding_format {encoding!r} is unknown; use float or base64.",
+                           param="encoding_format", code="invalid_value")
+        body.refuse("dimensions", "this server returns the model's whole vectors.")
+        model, vectors, tokens = await core.embed(body.get("model"), inputs, log_fields)
+        return JSONResponse({"object": "list", "model": model.id,
+                             "data": [{"object": "embedding", "index": index,
+                                       "embedding": _encode_vector(vector, encoding)}
+                                      for index, vector in enumerate(vectors)],
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     return [
         Route("/v1/models", core.endpoint(list_models), methods=["GET"]),
+        Route("/v1/embeddings", core.endpoint(embeddings), methods=["POST"]),
         Route("/v1/models/{model:path}", core.endpoint(get_model),
               methods=["GET"]),
         Route("/v1/chat/completions", core.endpoint(chat_completions), methods=["POST"]),

@@ -145,3 +145,32 @@ def structured_fields(kind: str, schema: Any = None) -> dict:
                             '{"type": "object", "properties": {...}}.', param="schema",
                        code="invalid_schema")
     return {"response_format": "json_schema", "schema": schema}
+
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request
+
+
+def embedding_inputs(value: Any, field: str = "input") -> list:
+    """``input`` as a list of texts or token-id lists: a string, a list of strings, one
+    list of token ids, or a list of them."""
+    if isinstance(value, str):
+        value = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in value):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"The field `{field}` must be a string, a list of strings, or "
+                            "token ids (a list of integers, or a list of such lists).",
+                       param=field, code="invalid_value")
+    if len(value) > MAX_EMBEDDING_INPUTS:
+        raise ApiError(400, f"The field `{field}` has {len(value)} inputs; at most "
+                            f"{MAX_EMBEDDING_INPUTS} are embedded per request.", param=field,
+                       code="invalid_value")
+    for index, item in enumerate(value):
+        text = isinstance(item, str) and item != ""
+        tokens = isinstance(item, list) and item and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in item)
+        if not (text or tokens):
+            raise ApiError(400, f"Input {index + 1} of `{field}` is empty or not text or token "
+                                "ids.", param=f"{field}[{index}]", code="invalid_value")
+    return value
