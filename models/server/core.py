@@ -423,9 +423,11 @@ async def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-def error_response(error: ApiError) -> Response:
-    """An error as the OpenAI API sends it."""
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def error_response(error: ApiError,
+                   shape: Optional[Callable[[ApiError], dict]] = None) -> Response:
+    """An error as the OpenAI API sends it (or in the dialect's ``shape``)."""
+    body = shape(error) if shape is not None else error.body()
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 class GenerationStream(EventSourceResponse):
@@ -633,21 +635,23 @@ class ServerCore:
         for generation in list(self._live):
             generation.cancel()
 
-    def endpoint(self, handler: Callable[[Request, dict], Awaitable[Response]]
+    def endpoint(self, handler: Callable[[Request, dict], Awaitable[Response]],
+                 error_shape: Optional[Callable[[ApiError], dict]] = None
                  ) -> Callable[[Request], Awaitable[Response]]:
-        """Wrap a router's handler: errors become OpenAI error responses, and the request
-        is logged once (by its generation when it has one, else here)."""
+        """Wrap a router's handler: errors become error responses (OpenAI's shape, or
+        ``error_shape``'s), and the request is logged once (by its generation when it has
+        one, else here)."""
         async def run(request: Request) -> Response:
             fields = self.request_log_fields(request)
             try:
                 response = await handler(request, fields)
             except ApiError as exc:
-                response = error_response(exc)
+                response = error_response(exc, error_shape)
                 error = exc.message
             except Exception:
                 log.exception("server: %s %s failed", request.method, request.url.path)
                 exc = internal_error()
-                response, error = error_response(exc), exc.message
+                response, error = error_response(exc, error_shape), exc.message
             else:
                 error = ""
             if not fields.get("logged"):

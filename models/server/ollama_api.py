@@ -9,7 +9,8 @@ a JSON Schema, enforced by the grammar like ``response_format``), ``tools`` (cal
 :mod:`.tool_calls`, arguments as objects) and ``keep_alive`` (accepted; the server's idle
 unload applies) become engine options; replies stream as NDJSON, one object per line,
 the last with ``done: true``, ``done_reason`` and the counts and durations (nanoseconds).
-Model names are the Library ids; a ``:latest`` tag is ignored. A reasoning model's
+Model names are the Library ids; a ``:latest`` tag is ignored. Errors are Ollama's
+``{"error": "sentence"}``. A reasoning model's
 thinking comes apart from the answer as ``thinking`` (in ``message`` for chat, beside
 ``response`` for generate); ``think`` (``true``/``false``, or an effort such as ``"high"``,
 which is on) is the template's switch.
@@ -325,12 +326,15 @@ def routes(core: ServerCore) -> list[Route]:
     async def root(request: Request, log_fields: dict):
         return JSONResponse("Ollama is running")
 
-    return [Route("/api/chat", core.endpoint(chat), methods=["POST"]),
-            Route("/api/generate", core.endpoint(generate), methods=["POST"]),
-            Route("/api/tags", core.endpoint(tags), methods=["GET"]),
-            Route("/api/show", core.endpoint(show), methods=["POST"]),
-            Route("/api/ps", core.endpoint(ps), methods=["GET"]),
-            Route("/api/version", core.endpoint(version), methods=["GET"]),
-            Route("/api/embed", core.endpoint(embed), methods=["POST"]),
-            Route("/api/embeddings", core.endpoint(embeddings), methods=["POST"]),
-            Route("/", core.endpoint(root), methods=["GET", "HEAD"])]
+    def endpoint(handler: Any) -> Any:
+        return core.endpoint(handler, error_shape=lambda error: {"error": error.message})
+
+    return [Route("/api/chat", endpoint(chat), methods=["POST"]),
+            Route("/api/generate", endpoint(generate), methods=["POST"]),
+            Route("/api/tags", endpoint(tags), methods=["GET"]),
+            Route("/api/show", endpoint(show), methods=["POST"]),
+            Route("/api/ps", endpoint(ps), methods=["GET"]),
+            Route("/api/version", endpoint(version), methods=["GET"]),
+            Route("/api/embed", endpoint(embed), methods=["POST"]),
+            Route("/api/embeddings", endpoint(embeddings), methods=["POST"]),
+            Route("/", endpoint(root), methods=["GET", "HEAD"])]
