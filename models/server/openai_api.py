@@ -146,12 +146,19 @@ def thinking_choice(body: Fields) -> Optional[bool]:
                 return kwargs.boolean(name, True)
     if body.get("enable_thinking") is not None:
         return body.boolean("enable_thinking", True)
-    effort = body.string("reasoning_effort")
+    return effort_thinking(body, "reasoning_effort")
+
+
+def effort_thinking(body: Fields, name: str) -> Optional[bool]:
+    """A reasoning effort field as the thinking switch: ``"none"`` off, another effort on,
+    absent the template's default."""
+    effort = body.string(name)
     if effort is None:
         return None
     if effort not in REASONING_EFFORTS:
-        raise ApiError(400, f"reasoning_effort {effort!r} is unknown; use one of "
-                            f"{', '.join(REASONING_EFFORTS)}.", param="reasoning_effort",
+        where = body.field_name(name)
+        raise ApiError(400, f"{where} {effort!r} is unknown; use one of "
+                            f"{', '.join(REASONING_EFFORTS)}.", param=where,
                        code="invalid_value")
     return effort != "none"
 

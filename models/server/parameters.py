@@ -30,12 +30,13 @@ class Fields:
         self.values = values
         self.where = where
 
-    def _name(self, name: str) -> str:
+    def field_name(self, name: str) -> str:
+        """The field's name as a request writes it (``reasoning.effort``)."""
         return f"{self.where}.{name}" if self.where else name
 
     def _bad(self, name: str, message: str) -> ApiError:
-        return ApiError(400, f"The field `{self._name(name)}` {message}", param=self._name(name),
-                        code="invalid_value")
+        return ApiError(400, f"The field `{self.field_name(name)}` {message}",
+                        param=self.field_name(name), code="invalid_value")
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -85,7 +86,7 @@ class Fields:
             return None
         if not isinstance(value, dict):
             raise self._bad(name, f"must be an object, not {_kind(value)}.")
-        return Fields(value, self._name(name))
+        return Fields(value, self.field_name(name))
 
     def strings(self, name: str, most: int) -> tuple[str, ...]:
         """A string or a list of strings (``stop``)."""

@@ -38,7 +38,7 @@ from starlette.routing import Route
 from models.engine.reasoning import REASONING_FIELD
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.openai_api import (REASONING_EFFORTS, function_tools, output_format,
+from models.server.openai_api import (effort_thinking, function_tools, output_format,
                                       tool_choice_of)
 from models.server.parameters import MAX_INT, Fields, options_for_slot
 from models.server.request_log import STATUS_CLIENT_CLOSED
@@ -183,14 +183,7 @@ def _chat_shape(body: Fields) -> Fields:
 
 def _thinking(body: Fields) -> Optional[bool]:
     reasoning = body.obj("reasoning")
-    effort = reasoning.string("effort") if reasoning is not None else None
-    if effort is None:
-        return None
-    if effort not in REASONING_EFFORTS:
-        raise ApiError(400, f"reasoning.effort {effort!r} is unknown; use one of "
-                            f"{', '.join(REASONING_EFFORTS)}.", param="reasoning.effort",
-                       code="invalid_value")
-    return effort != "none"
+    return effort_thinking(reasoning, "effort") if reasoning is not None else None
 
 
 def _refusals(body: Fields) -> None:

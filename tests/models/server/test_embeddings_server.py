@@ -12,7 +12,7 @@ import ollama
 import openai
 import pytest
 
-from tests.models.server.conftest import MODEL_ID
+from tests.models.server.conftest import MODEL_ID, library_of
 
 pytestmark = [pytest.mark.smollm2, pytest.mark.slow]
 
@@ -23,24 +23,7 @@ TEXTS = ["The cat sat on the mat.", "A cat is sitting on a mat.",
 
 @pytest.fixture(scope="module")
 def library(server_home, smollm2_gguf, smollm2_embedding_gguf):
-    from models.library import Library
-
-    library = Library(server_home / "models")
-    library.import_path(smollm2_gguf)
-    library.import_path(smollm2_embedding_gguf)
-    return library
-
-
-@pytest.fixture(scope="module")
-def ollama_server(library, pool):
-    from models.server.config import ServerConfig
-    from models.server.controller import ServerController
-
-    controller = ServerController(ServerConfig(port=0, ollama_port=0), engines=pool,
-                                  library=library)
-    controller.start()
-    yield controller
-    controller.stop()
+    return library_of(server_home, smollm2_gguf, smollm2_embedding_gguf)
 
 
 def _engine_vectors(pool, library, texts):

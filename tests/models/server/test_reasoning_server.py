@@ -18,7 +18,7 @@ import pytest
 from models.engine.reasoning import split_reasoning
 from tests.conftest import cached_models_dir
 from tests.models.gguf_copy import THINKING_TEMPLATE, copy_gguf
-from tests.models.server.conftest import MODEL_ID
+from tests.models.server.conftest import MODEL_ID, library_of
 
 pytestmark = [pytest.mark.smollm2, pytest.mark.slow]
 
@@ -35,12 +35,7 @@ def thinking_gguf(smollm2_gguf):
 
 @pytest.fixture(scope="module")
 def library(server_home, smollm2_gguf, thinking_gguf):
-    from models.library import Library
-
-    library = Library(server_home / "models")
-    library.import_path(smollm2_gguf)
-    library.import_path(thinking_gguf)
-    return library
+    return library_of(server_home, smollm2_gguf, thinking_gguf)
 
 
 @pytest.fixture
@@ -131,18 +126,6 @@ def test_anthropic_thinking_blocks(server, raw):
         {"role": "assistant", "content": [b.model_dump() for b in reply.content]},
         {"role": "user", "content": "And 3 + 4?"}]))
     assert again.content
-
-
-@pytest.fixture(scope="module")
-def ollama_server(library, pool):
-    from models.server.config import ServerConfig
-    from models.server.controller import ServerController
-
-    controller = ServerController(ServerConfig(port=0, ollama_port=0), engines=pool,
-                                  library=library)
-    controller.start()
-    yield controller
-    controller.stop()
 
 
 def test_ollama_thinking_field_and_think_switch(ollama_server, raw):
