@@ -2,10 +2,11 @@
 ``langchain-openai``'s ``ChatOpenAI`` pointed at ``quantdesk serve`` with SmolLM2.
 
 Opt-in (too slow for the suite, and some of its tests ask more of a 135M model than it
-can give); needs ``pip install langchain-openai langchain-tests``. Run::
+can give); needs the ``conformance`` extra (``pip install langchain-openai
+langchain-tests``). Run::
 
-    nice -n 15 python -m pytest tests/benchmarks/conformance_langchain.py -p no:randomly \\
-        -q -rs --tb=line
+    nice -n 15 python -m pytest tests/benchmarks/conformance_langchain.py \\
+        -o asyncio_mode=auto -q -rA --tb=line
 
 Two classes run the same suite: one over Chat Completions, one over the Responses API
 (``use_responses_api=True``). The server is the real one (this process, a free port) with
