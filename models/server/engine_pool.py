@@ -94,6 +94,17 @@ def _fit(path: Path, settings: Any, slots: int):
         n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention))
 
 
+def _is_embedding_model(path: Path) -> bool:
+    """Whether the GGUF at ``path`` is an embedding model (unreadable: no; the load then
+    says why)."""
+    from models.engine.gguf_info import read_model_info
+
+    try:
+        return read_model_info(path).embedding
+    except QuantDeskError:
+        return False
+
+
 class EnginePool:
     """The engines the server uses, one per model path.
 
@@ -191,10 +202,8 @@ class EnginePool:
             return entry
 
     def _load(self, path: Path) -> Any:
-        from models.engine.gguf_info import read_model_info
-
         settings = self.settings_for(path)
-        if read_model_info(path).embedding:
+        if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
