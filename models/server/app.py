@@ -125,8 +125,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = (f"There is no endpoint {request.url.path}. This server offers GET /health, "
-                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions and "
-                   "POST /v1/messages.")
+                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
+                   "POST /v1/responses, POST /v1/embeddings and POST /v1/messages.")
     elif exc.status_code == 405:
         message = f"{request.url.path} does not accept {request.method} requests."
     else:
