@@ -46,15 +46,3 @@ def raw_greedy_reply(model, messages, max_tokens, grammar=None) -> dict:
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
-
-@pytest.fixture(scope="module")
-def smollm2_embedding_gguf(smollm2_gguf):
-    """SmolLM2 made an embedding model: a copy of its GGUF with ``llama.pooling_type``
-    (mean), which is what the Library reads as an embedding model's mark."""
-    import gguf
-
-    from tests.conftest import cached_models_dir
-    from tests.models.gguf_copy import copy_gguf
-
-    return copy_gguf(smollm2_gguf, cached_models_dir() / "SmolLM2-embed.gguf",
-                     values={"llama.pooling_type": (gguf.GGUFValueType.UINT32, 1)})

@@ -90,3 +90,19 @@ def test_the_library_marks_embedding_models(tmp_path, smollm2_gguf, smollm2_embe
     library.import_path(smollm2_embedding_gguf)
     marks = {Path(m.path).name: m.embedding for m in library.models()}
     assert marks == {smollm2_gguf.name: False, smollm2_embedding_gguf.name: True}
+
+
+
+def test_quantdesk_list_says_which_is_an_embedding_model(
+        tmp_path, smollm2_gguf, smollm2_embedding_gguf, capsys, monkeypatch):
+    from app.commands import list as list_command
+    from models.library import Library
+
+    monkeypatch.setenv("QUANTDESK_HOME", str(tmp_path))
+    library = Library()
+    library.import_path(smollm2_gguf)
+    library.import_path(smollm2_embedding_gguf)
+    list_command.run(None)
+    lines = capsys.readouterr().out.splitlines()
+    assert [smollm2_embedding_gguf.name in line for line in lines
+            if "(embedding model)" in line] == [True]
