@@ -17,6 +17,22 @@ from typing import Any, Iterable, Optional
 from quantize.gguf_layout import read_gguf_layout
 
 
+# Architectures that are text encoders: they make embeddings, not replies (llama.cpp's
+# names; a decoder made into an embedding model says so with a pooling_type key instead).
+ENCODER_ARCHITECTURES = frozenset({
+    "bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert",
+    "modern-bert", "t5encoder", "gemma-embedding"})
+MEAN_POOLING = 1  # llama.cpp's LLAMA_POOLING_TYPE_MEAN
+
+
+def is_embedding_model(metadata: dict) -> bool:
+    """Whether a GGUF header describes an embedding model: an encoder architecture, or a
+    ``{arch}.pooling_type`` key (Qwen3-Embedding and other decoders trained to embed)."""
+    arch = metadata.get("general.architecture")
+    return arch in ENCODER_ARCHITECTURES or f"{arch}.pooling_type" in metadata
+
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor's entry in the header: name, shape, ggml type, size in bytes, and where its

@@ -31,7 +31,7 @@ from quantize.ggml_types import LlamaFileType
 
 from app.core.errors import QuantDeskError
 from app.core.paths import app_paths
-from models.gguf_header import read_gguf_header
+from models.gguf_header import is_embedding_model, read_gguf_header
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,12 @@ CREATE TABLE IF NOT EXISTS models (
     path TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT NOT NULL, name TEXT NOT NULL,
     size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, architecture TEXT, parameters INTEGER,
     file_type INTEGER, quant TEXT, context_length INTEGER, chat_template INTEGER,
-    files TEXT NOT NULL, error TEXT, added REAL NOT NULL, active_parameters INTEGER
+    files TEXT NOT NULL, error TEXT, added REAL NOT NULL, active_parameters INTEGER,
+    embedding INTEGER
 )"""
 # Columns added after the first release, appended to older databases as they open (their
 # files are then read again: the new column has no value before).
-_ADDED_COLUMNS = {"active_parameters": "INTEGER"}
+_ADDED_COLUMNS = {"active_parameters": "INTEGER", "embedding": "INTEGER"}
 
 # Quality reports (``quantdesk eval``), one per model file, valid while the file is unchanged.
 _QUALITY_SCHEMA = """
@@ -97,6 +98,9 @@ class LibraryModel:
     added: float
     #: Parameters one token uses: fewer than ``parameters`` for a mixture of experts.
     active_parameters: Optional[int] = None
+    #: An embedding model (an encoder, or a pooling type in its header): it makes vectors,
+    #: not replies (:func:`models.gguf_header.is_embedding_model`).
+    embedding: bool = False
 
     @property
     def file_list(self) -> list[Path]:
@@ -154,6 +158,7 @@ def _gguf_fields(files: list[Path]) -> dict:
         context_length=header.arch_value("context_length"),
         chat_template=bool(header.metadata.get("tokenizer.chat_template")),
         name=str(header.metadata.get("general.name") or files[0].stem),
+        embedding=is_embedding_model(header.metadata),
     )
 
 
@@ -169,7 +174,7 @@ def _safetensors_fields(folder: Path) -> dict:
         parameters=None, active_parameters=None,
         file_type=None, quant=str(config.get("torch_dtype") or config.get("dtype") or "")
         or None, context_length=text.get("max_position_embeddings"), chat_template=template,
-        name=folder.name,
+        name=folder.name, embedding=False,
     )
 
 
@@ -217,7 +222,7 @@ class Library:
         with self._db() as db:
             rows = db.execute(f"SELECT {', '.join(f.name for f in fields(LibraryModel))} "
                               "FROM models ORDER BY name COLLATE NOCASE, path").fetchall()
-        return [LibraryModel(*row[:11], bool(row[11]), *row[12:]) for row in rows]
+        return [LibraryModel(*row[:11], bool(row[11]), *row[12:-1], bool(row[-1])) for row in rows]
 
     def get(self, path: Path) -> Optional[LibraryModel]:
         """The row for ``path`` (resolved), or ``None``."""
@@ -293,12 +298,14 @@ class Library:
         except (QuantDeskError, OSError, ValueError) as exc:
             error = str(exc)
             meta = dict(architecture=None, parameters=None, active_parameters=None, file_type=None, quant=None,
-                        context_length=None, chat_template=False, name=path.name)
+                        context_length=None, chat_template=False, name=path.name,
+                        embedding=False)
         if not source:
             source = "converted" if meta["file_type"] in _FLOAT_FILE_TYPES else "quantized"
         row = dict(path=str(path), kind=kind, source=source, size=size, mtime_ns=mtime,
                    files=json.dumps([str(f) for f in files]), error=error, added=time.time(), **meta)
         row["chat_template"] = int(bool(row["chat_template"]))
+        row["embedding"] = int(bool(row["embedding"]))
         return row
 
     @staticmethod

@@ -77,3 +77,15 @@ def tiny_llama(tmp_path: Path):
     from tests.factory.checkpoints import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def smollm2_embedding_gguf(smollm2_gguf):
+    """SmolLM2 made an embedding model: a copy of its GGUF with ``llama.pooling_type``
+    (mean), which is what the Library reads as an embedding model's mark."""
+    import gguf
+
+    from tests.models.gguf_copy import copy_gguf
+
+    return copy_gguf(smollm2_gguf, cached_models_dir() / "SmolLM2-embed.gguf",
+                     values={"llama.pooling_type": (gguf.GGUFValueType.UINT32, 1)})

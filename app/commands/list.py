@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{m.name[:32]:<32} {(m.architecture or '?')[:10]:<10} {parameters_text(m.parameters):>7} "
               f"{(m.quant or '-')[:8]:<8} {ctx:>7} {m.size / 2**30:7.2f}GB {m.source:<10} {m.path}"
               + (f"  ({active})" if "active" in active else "")
+              + ("  (embedding model)" if m.embedding else "")
               + (f"  (unreadable: {m.error})" if m.error else ""))
     return 0
 

@@ -1,5 +1,6 @@
 """What the window remembers about its local API server: on or off, port, slots, idle time,
-and whether it serves the local network.
+whether it serves the local network, and whether it also answers Ollama's API (and on
+which port).
 
 Qt-free, on top of :class:`app.core.preferences.Preferences` (key ``"server"``: the
 fields of :class:`ServerSettings`). The window's Server page edits them and, when the
@@ -20,6 +21,8 @@ LOOPBACK_HOST = "127.0.0.1"
 NETWORK_HOST = "0.0.0.0"
 
 DEFAULT_PORT = 8080
+#: Ollama's own port: clients that speak only Ollama's API look there first.
+DEFAULT_OLLAMA_PORT = 11434
 MIN_PORT = 1024  # below it a port needs administrator rights on most systems
 MAX_PORT = 65535
 MAX_PARALLEL = 64
@@ -37,6 +40,8 @@ class ServerSettings:
         network: Listen on every interface (the local network), not only this computer.
         parallel: Requests served at once per model; 0 lets the server size it to memory.
         idle_unload_minutes: Unload a model after this long without requests; 0 never.
+        ollama: Also answer Ollama's API (``/api/chat``, ``/api/tags``…), off by default.
+        ollama_port: The port Ollama's API listens on (same address as the server).
     """
 
     enabled: bool = False
@@ -44,6 +49,8 @@ class ServerSettings:
     network: bool = False
     parallel: int = 0
     idle_unload_minutes: int = DEFAULT_IDLE_UNLOAD_MINUTES
+    ollama: bool = False
+    ollama_port: int = DEFAULT_OLLAMA_PORT
 
     @property
     def host(self) -> str:
@@ -65,6 +72,8 @@ class ServerSettings:
         settings = replace(default, **kept)
         if not MIN_PORT <= settings.port <= MAX_PORT:
             settings = replace(settings, port=DEFAULT_PORT)
+        if not MIN_PORT <= settings.ollama_port <= MAX_PORT:
+            settings = replace(settings, ollama_port=DEFAULT_OLLAMA_PORT)
         if not 0 <= settings.parallel <= MAX_PARALLEL:
             settings = replace(settings, parallel=0)
         if settings.idle_unload_minutes < 0:

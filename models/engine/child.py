@@ -71,6 +71,7 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
     events the scheduler sends)."""
     from models.engine.batching import BatchScheduler
     from models.engine.cancel_flag import install_abort_hook
+    from models.engine.embedding import check_embedding_model, embed
     from models.engine.runtime import LoadedModel
     from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
     from models.engine.settings import LoadSettings
@@ -80,6 +81,7 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
     if op == "chat":
         scheduler = state.get("scheduler")
         if scheduler is None:
+            check_embedding_model(model)
             raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
         scheduler.submit(request)
         return None
@@ -95,6 +97,8 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
         model.self_test()
         model.abort_hook = install_abort_hook(model.llm.ctx, state["cancel"])
         state["model"] = model
+        if settings.embedding:  # no replies: embed requests are answered one by one
+            return {"event": "loaded", "report": _load_report(model)}
         store = SessionStore.default(request.get("session_cap_bytes", DEFAULT_CAP_BYTES))
         state["scheduler"] = BatchScheduler(
             model, state["cancel"], conn.send,
@@ -102,6 +106,12 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
         report = _load_report(model)
         log.info("loaded %s: %s", model.path, model.offload.summary())
         return {"event": "loaded", "report": report}
+    if op == "embed":
+        if model is None or not model.settings.embedding:
+            raise QuantDeskError("No model is loaded for embeddings in the engine.",
+                                 "Load an embedding model (embedding mode) first.")
+        vectors, tokens = embed(model, request["inputs"])
+        return {"event": "embeddings", "vectors": vectors, "tokens": tokens}
     if op == "count_tokens":
         if model is None:
             raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
@@ -123,7 +133,10 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
     if op == "stats":
         if model is None:
             return {"event": "stats", "stats": {"loaded": False, "pid": os.getpid()}}
-        scheduler = state["scheduler"]
+        scheduler = state.get("scheduler")
+        if scheduler is None:
+            return {"event": "stats", "stats": {"loaded": True, "pid": os.getpid(),
+                                                "path": model.path, "embedding": True}}
         return {"event": "stats", "stats": {
             "loaded": True, "pid": os.getpid(), "path": model.path,
             "kv_cache_tokens": sum(len(s.tokens) for s in scheduler.slots),

@@ -578,6 +578,10 @@ class EngineClient:
             QuantDeskError: Invalid messages or options (at once), or later while
                 iterating: the engine refused or crashed (:class:`EngineCrashed`).
         """
+        if self._loaded is not None and self._loaded[1].embedding:
+            raise QuantDeskError(f"{self._loaded[0].path.name} is loaded for embeddings, so "
+                                 "it cannot chat.",
+                                 "Load it again without embedding mode to chat with it.")
         if prompt is not None:
             if not isinstance(prompt, str) or not prompt:
                 raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
@@ -659,6 +663,24 @@ class EngineClient:
             event = self._receive("count", timeout=60, engine=engine)
             self._raise_error(event)
             return int(event["tokens"])
+
+    def embed(self, inputs: Sequence[str | Sequence[int]]) -> tuple[Any, int]:
+        """The unit-length embedding of each input (texts, or lists of token ids) as rows
+        of a float32 array, and the number of tokens read; the model must be loaded with
+        ``LoadSettings.embedding`` (:mod:`models.engine.embedding`).
+
+        Raises:
+            QuantDeskError: No embedding model is loaded, or an input is refused (empty,
+                longer than the context, token ids outside the vocabulary).
+        """
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise QuantDeskError("There is nothing to embed.", "Send at least one text.")
+        with self._lock:
+            engine = self._ensure_model()
+            self._send({"op": "embed", "inputs": list(inputs)}, "embed")
+            event = self._receive("embed", timeout=self._timeout, engine=engine)
+            self._raise_error(event)
+            return event["vectors"], int(event["tokens"])
 
     def unload(self) -> None:
         """Free the loaded model; the engine process keeps running for the next load."""

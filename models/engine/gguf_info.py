@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Optional
 
 from app.core.errors import QuantDeskError
-from models.gguf_header import read_gguf_header
+from models.gguf_header import is_embedding_model, read_gguf_header
 
 
 # The tensor llama.cpp only indexes (one row per token) rather than multiplies, unless the
 # model ties its output projection to it: then every decode step reads all of it.
 _TOKEN_EMBEDDING = "token_embd.weight"
 _OUTPUT_PROJECTION = "output.weight"
-
-
 @dataclass(frozen=True)
 class GGUFModelInfo:
     """Facts from a GGUF header that settings, templates and benchmarks depend on.
@@ -43,6 +41,9 @@ class GGUFModelInfo:
             routed experts only).
         expert_count: Experts per layer of a mixture-of-experts model; 0 when dense.
         expert_used_count: Experts each token uses; 0 when dense.
+        embedding: The model makes embeddings (:func:`is_embedding_model`).
+        pooling_type: llama.cpp's pooling of token vectors into one (``{arch}.pooling_type``:
+            1 mean, 2 CLS, 3 last), or ``None`` when the header does not say.
     """
 
     path: Path
@@ -56,6 +57,8 @@ class GGUFModelInfo:
     weight_bytes_per_token: int
     expert_count: int = 0
     expert_used_count: int = 0
+    embedding: bool = False
+    pooling_type: Optional[int] = None
 
     @property
     def is_moe(self) -> bool:
@@ -120,4 +123,6 @@ def read_model_info(path: Path | str) -> GGUFModelInfo:
         weight_bytes_per_token=per_token,
         expert_count=header.expert_count,
         expert_used_count=header.expert_used_count,
+        embedding=is_embedding_model(metadata),
+        pooling_type=metadata.get(f"{arch}.pooling_type"),
     )

@@ -42,6 +42,7 @@ import numpy as np
 from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.draft_model import DraftModel
+from models.engine.embedding import embed, embedding_params
 from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats
@@ -131,6 +132,10 @@ class LoadedModel:
         self.device_names: list[str] = []
         mark = log_capture.mark()
         started = time.perf_counter()
+        # An embedding load: embeddings on, pooled, a batch of a whole context (embedding.py).
+        batches = dict(n_batch=settings.batch_size, n_ubatch=settings.micro_batch_size)
+        if settings.embedding:
+            batches = embedding_params(path, settings.context_length)
         try:
             with _model_params_override(settings.use_extra_bufts, on_progress, settings.parallel,
                                         settings.cpu_moe_layers, tuple(endpoints),
@@ -142,8 +147,7 @@ class LoadedModel:
                     n_threads=settings.threads,
                     n_threads_batch=settings.batch_threads,
                     n_ctx=settings.context_length * settings.parallel,
-                    n_batch=settings.batch_size,
-                    n_ubatch=settings.micro_batch_size,
+                    **batches,
                     flash_attn=settings.flash_attention,
                     type_k=KV_CACHE_TYPES[settings.kv_cache_type_k],
                     type_v=KV_CACHE_TYPES[settings.kv_cache_type_v],
@@ -218,6 +222,9 @@ class LoadedModel:
         if os.environ.get(TEST_CRASH_ENV) == "selftest-extra-bufts" and self.settings.use_extra_bufts:
             log.warning("test hook %s: aborting during the self-test", TEST_CRASH_ENV)
             os.abort()
+        if self.settings.embedding:
+            embed(self, ["Hello"])
+            return
         tokens = [self.bos_id] if self.bos_id >= 0 else self.llm.tokenize(b"Hello", add_bos=False)
         self.llm.n_tokens = 0
         self.llm.eval(tokens)

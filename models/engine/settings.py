@@ -86,6 +86,10 @@ class LoadSettings:
         device_split: Shares of the offloaded layers per device, in llama.cpp's order
             (the remote devices, then this computer's GPUs), e.g. ``(1, 1)``; empty: in
             proportion to each device's free memory (llama.cpp's default).
+        embedding: Load for embeddings rather than chat: llama.cpp's context makes one
+            pooled vector per input (the model's own pooling, mean pooling when its
+            header names none) and the engine answers ``embed`` requests, not ``chat``.
+            One slot; a batch holds a whole context of inputs.
     """
 
     gpu_layers: int = ALL_LAYERS
@@ -106,6 +110,7 @@ class LoadSettings:
     cpu_moe_layers: int = 0
     remote_devices: tuple[str, ...] = ()
     device_split: tuple[float, ...] = ()
+    embedding: bool = False
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""

@@ -16,8 +16,14 @@ Modules:
   cancellation when the client leaves, engine faults, the request log;
 - ``parameters`` — typed field reading (a 400 with a sentence for each mistake) and the
   mapping onto the engine's options, structured output included;
-- ``openai_api`` — the OpenAI dialect (models, chat completions, completions); other
-  dialects (Anthropic, Responses, Ollama) go beside it as routers on the same core;
+- ``openai_api`` — the OpenAI dialect (models, chat completions, completions,
+  embeddings); beside it, on the same core, ``responses_api`` (OpenAI Responses,
+  stateless), ``anthropic_api`` (Messages, count_tokens) and ``ollama_api`` (Ollama's API
+  on a port of its own); each only translates;
+- ``tool_calls`` — function tools for every dialect: the call format a template expects,
+  the grammar that makes calls valid, the parsers (whole and streamed);
+- a reasoning model's thinking is split from the answer in ``core`` (the engine's
+  ``models.engine.reasoning``), so each dialect only names the parts;
 - ``app`` — the Starlette application, the Host allow-list, the key check and CORS;
 - ``controller`` — :class:`ServerController`: uvicorn in a background thread;
 - ``request_log`` — one :class:`RequestLogEntry` per request.

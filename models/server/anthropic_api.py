@@ -9,6 +9,9 @@ streamed event sequence (``message_start``; per block ``content_block_start`` /
 ``stop_reason`` and usage; ``message_stop``). Tool calls are made and checked by
 :mod:`.tool_calls`, so a ``tool_use`` block's ``input`` always matches its schema. The key
 may come as ``x-api-key`` (the Anthropic clients) or Bearer (:mod:`.app`'s guard).
+A reasoning model's thinking is a ``thinking`` block before the text (streamed as
+``thinking_delta``); ``thinking: {"type": "enabled" | "disabled"}`` is the template's
+switch, and thinking blocks of earlier turns go back as the template's past reasoning.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
+from models.engine.reasoning import REASONING_FIELD
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
 from models.server.parameters import MAX_INT, Fields, build_options
@@ -73,7 +77,7 @@ def messages_of(body: Fields) -> list[dict]:
         if not isinstance(content, list):
             out.append({"role": role, "content": _text_of(content, f"{where}.content")})
             continue
-        texts, calls = [], []
+        texts, calls, thoughts = [], [], []
         for number, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text":
@@ -90,8 +94,10 @@ def messages_of(body: Fields) -> list[dict]:
                     result = f"Error: {result}"
                 out.append({"role": "tool", "content": result,
                             "tool_call_id": str(block.get("tool_use_id", ""))})
-            elif kind in ("thinking", "redacted_thinking"):
-                continue  # earlier reasoning is not sent back to the model
+            elif kind == "thinking" and role == "assistant":
+                thoughts.append(str(block.get("thinking", "")))
+            elif kind == "redacted_thinking":
+                continue  # nothing readable to send back
             else:
                 raise ApiError(400, f"Message {index + 1} has a content block of type "
                                     f"{kind!r}; this server reads text, tool_use and "
@@ -101,7 +107,23 @@ def messages_of(body: Fields) -> list[dict]:
             out.append({"role": "assistant", "content": "".join(texts), "tool_calls": calls})
         elif texts or role == "assistant":
             out.append({"role": role, "content": "".join(texts)})
+        if role == "assistant" and "".join(thoughts):
+            out[-1][REASONING_FIELD] = "".join(thoughts)  # templates that keep it read it
     return out
+
+
+def thinking_of(body: Fields) -> Optional[bool]:
+    """``thinking``: ``{"type": "enabled", "budget_tokens": n}`` turns the template's
+    thinking switch on, ``{"type": "disabled"}`` off; absent, the template's default."""
+    thinking = body.obj("thinking")
+    if thinking is None:
+        return None
+    kind = thinking.string("type", "enabled")
+    thinking.integer("budget_tokens", None, 0, MAX_INT)  # the reply's max_tokens bounds it
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise ApiError(400, f"thinking type {kind!r} is unknown; use enabled or disabled.",
+                       param="thinking.type", code="invalid_value")
+    return None if kind == "adaptive" else kind == "enabled"
 
 
 def tools_of(body: Fields) -> tuple[list[Tool], ToolChoice]:
@@ -151,7 +173,8 @@ def _sampling(body: Fields) -> dict:
                 temperature=body.number("temperature", 1.0, 0.0, 1.0),
                 top_p=body.number("top_p", 1.0, 0.0, 1.0) or 1.0,
                 top_k=body.integer("top_k", 40, 0, 1 << 20),
-                stop=body.strings("stop_sequences", MAX_STOP_STRINGS))
+                stop=body.strings("stop_sequences", MAX_STOP_STRINGS),
+                thinking=thinking_of(body))
 
 
 def _blocks(gen: Generation, plan: Optional[ToolPlan]) -> tuple[list[dict], str]:
@@ -162,7 +185,9 @@ def _blocks(gen: Generation, plan: Optional[ToolPlan]) -> tuple[list[dict], str]
         return ([{"type": "tool_use", "id": "toolu_" + c.id[5:], "name": c.name,
                   "input": c.arguments} for c in calls],
                 "max_tokens" if stop == "max_tokens" else "tool_use")
-    return [{"type": "text", "text": gen.text}], stop
+    thinking = [{"type": "thinking", "thinking": gen.reasoning, "signature": ""}] \
+        if gen.reasoning else []
+    return thinking + [{"type": "text", "text": gen.answer}], stop
 
 
 def _usage(gen: Generation) -> dict:
@@ -203,6 +228,12 @@ async def _stream(gen: Generation, plan: Optional[ToolPlan]) -> AsyncIterator[di
         state["open"] = None
         return [_event("content_block_stop", {"index": state["index"]})]
 
+    def thinking_events(text: str) -> list[dict]:
+        events = [] if state["open"] == "thinking" else open_block(
+            {"type": "thinking", "thinking": "", "signature": ""})
+        return events + [_event("content_block_delta", {"index": state["index"], "delta": {
+            "type": "thinking_delta", "thinking": text}})]
+
     def text_events(text: str) -> list[dict]:
         events = [] if state["open"] == "text" else open_block({"type": "text", "text": ""})
         return events + [_event("content_block_delta", {"index": state["index"], "delta": {
@@ -221,6 +252,9 @@ async def _stream(gen: Generation, plan: Optional[ToolPlan]) -> AsyncIterator[di
         yield _event("message_start", {"message": start})
         try:
             async for event in gen.events():
+                if event.kind == "delta" and event.reasoning:
+                    for item in thinking_events(event.reasoning):
+                        yield item
                 if event.kind != "delta" or not event.text:
                     continue
                 for item in (sum((call_events(e) for e in calls.feed(event.text)), [])

@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.server import anthropic_api, ollama_api, openai_api
+from models.server import anthropic_api, ollama_api, openai_api, responses_api
 from models.server.config import LOOPBACK_NAMES
 from models.server.core import ServerCore, error_response, run_blocking
 from models.server.errors import ApiError, internal_error
@@ -125,8 +125,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = (f"There is no endpoint {request.url.path}. This server offers GET /health, "
-                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions and "
-                   "POST /v1/messages.")
+                   "GET /v1/models, POST /v1/chat/completions, POST /v1/completions, "
+                   "POST /v1/responses, POST /v1/embeddings and POST /v1/messages.")
     elif exc.status_code == 405:
         message = f"{request.url.path} does not accept {request.method} requests."
     else:
@@ -191,7 +191,8 @@ def build_app(core: ServerCore, ollama_port: Optional[int] = None) -> Any:
     middleware.append(Middleware(Guard, core=core))
     handlers = {HTTPException: _http_error, Exception: _unexpected}
     main = Starlette(routes=[Route("/health", core.endpoint(health), methods=["GET"]),
-                             *openai_api.routes(core), *anthropic_api.routes(core)],
+                             *openai_api.routes(core), *responses_api.routes(core),
+                             *anthropic_api.routes(core)],
                      middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     if ollama_port is None:
         return main

@@ -9,10 +9,12 @@ Safetensors folders are left out: the engine runs GGUF files.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from models.library import Library, LibraryModel
 
@@ -28,6 +30,7 @@ class ServedModel:
     name: str
     context_length: Optional[int]  # the length it was trained for (header)
     created: int  # when it joined the library (seconds since the epoch)
+    embedding: bool = False  # an embedding model: vectors, not replies
 
 
 def _stem(model: LibraryModel) -> str:
@@ -47,7 +50,7 @@ def served_models(library: Library, rescan: bool = False) -> list[ServedModel]:
         stem = _stem(model)
         model_id = stem if counts[stem] == 1 else f"{Path(model.path).parent.name}/{stem}"
         served.append(ServedModel(model_id, Path(model.path), model.name, model.context_length,
-                                  int(model.added)))
+                                  int(model.added), bool(model.embedding)))
     return sorted(served, key=lambda m: m.id.lower())
 
 
@@ -58,3 +61,16 @@ def find_model(library: Library, model_id: str) -> Optional[ServedModel]:
             if model_id in (model.id, str(model.path)):
                 return model
     return None
+
+
+@functools.lru_cache(maxsize=32)
+def _template_at(path: str, mtime: float) -> Optional[str]:
+    from models.engine.gguf_info import read_model_info
+
+    return read_model_info(path).chat_template
+
+
+def template_of(path: Any) -> Optional[str]:
+    """The chat template in a GGUF file's header (``None``: it has none); read once per
+    version of the file."""
+    return _template_at(str(path), os.path.getmtime(path))

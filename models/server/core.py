@@ -18,6 +18,11 @@ for every dialect:
   never a broken stream;
 - **cancellation** — a client that goes away cancels its reply (``reply.cancel()``), and
   the slot is free when the engine stops;
+- **reasoning** — a chat reply in free text is split into reasoning (``<think>…</think>``)
+  and answer by :class:`~models.engine.reasoning.ReasoningSplitter`, the one the Chat page
+  uses; events carry both, and :attr:`Generation.answer` / :attr:`Generation.reasoning`
+  hold the whole of each (a constrained reply — tool calls, a schema — is not split, and
+  is asked of the model with its thinking off unless the request chose);
 - **faults** — the engine dying mid-reply is an :class:`~.errors.ApiError` event; the
   next request starts a fresh engine (``EngineClient`` does that);
 - **the log** — one :class:`~.request_log.RequestLogEntry` per request.
@@ -32,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from sse_starlette import EventSourceResponse
@@ -40,7 +45,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from app.core.errors import QuantDeskError
-from models.server.catalog import ServedModel, find_model
+from models.engine.reasoning import ReasoningSplitter, reply_opens_reasoning
+from models.server.catalog import ServedModel, find_model, template_of
 from models.server.config import ServerConfig
 from models.server.engine_pool import EnginePool, PooledEngine
 from models.server.errors import ApiError, from_quantdesk_error, internal_error
@@ -167,12 +173,17 @@ class SlotGate:
 
 @dataclass(frozen=True)
 class Event:
-    """What the engine said: ``delta`` (text and its tokens' logprobs) or ``done`` (stats)."""
+    """What the engine said: ``delta`` or ``done`` (stats).
+
+    A delta's ``text`` is answer text and ``reasoning`` the thinking it holds (a reply
+    that is not split has all of it in ``text``); ``logprobs`` are its tokens'.
+    """
 
     kind: str
     text: str = ""
     logprobs: tuple = ()
     stats: Any = None
+    reasoning: str = ""
 
 
 class ReplyPump:
@@ -244,7 +255,8 @@ class Generation:
     """
 
     def __init__(self, core: "ServerCore", model: ServedModel, entry: PooledEngine,
-                 gate: SlotGate, reply: Any, pump: ReplyPump, log_entry: dict) -> None:
+                 gate: SlotGate, reply: Any, pump: ReplyPump, log_entry: dict,
+                 parts: Optional[ReasoningSplitter] = None) -> None:
         self.core = core
         self.id = uuid.uuid4().hex[:24]
         self.created = int(time.time())
@@ -256,9 +268,10 @@ class Generation:
         self._first: Optional[Event] = None
         self._log = log_entry
         self._finished = False
-        self.text = ""
+        self.text = ""  # the reply as the model wrote it, reasoning and tags included
         self.logprobs: list = []
         self.stats: Any = None
+        self.parts = parts  # splits reasoning from answer; None: the reply is not split
 
     async def _first_event(self) -> None:
         self._first = await self._pump.next()
@@ -273,7 +286,14 @@ class Generation:
             if event.kind == "delta":
                 self.text += event.text
                 self.logprobs.extend(event.logprobs)
+                if self.parts is not None:
+                    reasoning, answer = self.parts.feed(event.text)
+                    event = Event("delta", answer, event.logprobs, reasoning=reasoning)
             else:
+                if self.parts is not None:
+                    reasoning, answer = self.parts.finish()
+                    if reasoning or answer:
+                        yield Event("delta", answer, reasoning=reasoning)
                 self.stats = event.stats
                 problem = self.validation_problem()
                 if problem is not None:
@@ -329,6 +349,16 @@ class Generation:
         self.finish(200)
         return body
 
+    @property
+    def answer(self) -> str:
+        """The reply without its reasoning (all of it when it is not split)."""
+        return self.parts.answer if self.parts is not None else self.text
+
+    @property
+    def reasoning(self) -> str:
+        """The reply's reasoning, without its tags; "" when it has none."""
+        return self.parts.reasoning if self.parts is not None else ""
+
     def validation_problem(self) -> Optional[ApiError]:
         """A structured reply that ended normally yet failed its schema, as an error."""
         stats = self.stats
@@ -353,7 +383,9 @@ class Generation:
         cached = stats.prompt_tokens_reused if stats else 0
         return {"prompt_tokens": prompt, "completion_tokens": completion,
                 "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": cached}}
+                "prompt_tokens_details": {"cached_tokens": cached},
+                "completion_tokens_details": {
+                    "reasoning_tokens": stats.reasoning_tokens if stats else 0}}
 
     def cancel(self) -> None:
         """Stop the engine's work on this reply (the client left); the slot frees when it stops."""
@@ -391,9 +423,11 @@ async def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-def error_response(error: ApiError) -> Response:
-    """An error as the OpenAI API sends it."""
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+def error_response(error: ApiError,
+                   shape: Optional[Callable[[ApiError], dict]] = None) -> Response:
+    """An error as the OpenAI API sends it (or in the dialect's ``shape``)."""
+    body = shape(error) if shape is not None else error.body()
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 class GenerationStream(EventSourceResponse):
@@ -479,8 +513,12 @@ class ServerCore:
 
     async def start(self, request: Request, model_id: Any, options: Any,
                     messages: Optional[list] = None, prompt: Optional[str] = None,
-                    log_fields: Optional[dict] = None) -> Generation:
+                    log_fields: Optional[dict] = None,
+                    split_reasoning: bool = True) -> Generation:
         """Resolve, load, queue and start a reply; return once its first event is in.
+
+        A chat reply (``messages``) in free text is split into reasoning and answer unless
+        ``split_reasoning`` is off; a raw ``prompt`` never is.
 
         Raises:
             ApiError: Any refusal: unknown model, bad options, full queue, an engine error
@@ -492,14 +530,27 @@ class ServerCore:
         model = await run_blocking(self.resolve, model_id)  # may rescan the library
         log_fields["model"] = model.id
         entry = await self.engine(model)
+        if entry.embedding:
+            raise ApiError(400, f"{model.id} is an embedding model: it makes vectors "
+                                "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
+                                "replies. Choose a chat model.", param="model",
+                           code="embedding_model")
         if callable(options):  # options that depend on the slot's context (max_tokens)
             options = options(entry.context_per_slot)
+        parts = None
+        if messages is not None:
+            if options.response_format != "text" and options.thinking is None:
+                options = replace(options, thinking=False)  # the grammar leaves no room
+            elif options.response_format == "text" and split_reasoning:
+                parts = ReasoningSplitter(await run_blocking(
+                    self._opens_reasoning, model, messages, options.thinking))
         reply = self._reply(entry, options, messages, prompt)
         gate = self._gate(entry)
         await gate.acquire()
         try:
             pump = ReplyPump(reply)
-            generation = Generation(self, model, entry, gate, reply, pump, dict(log_fields))
+            generation = Generation(self, model, entry, gate, reply, pump, dict(log_fields),
+                                    parts)
             log_fields["logged"] = True  # from here on, the generation logs the request
             self._live.add(generation)
             pump.start()
@@ -515,6 +566,41 @@ class ServerCore:
             generation.finish(STATUS_CLIENT_CLOSED, "The client closed the connection.")
             raise
         return generation
+
+    async def embed(self, model_id: Any, inputs: list,
+                    log_fields: dict) -> tuple[ServedModel, Any, int]:
+        """The embedding of each input by an embedding model, and the tokens read; queued
+        for the model's slot like a reply.
+
+        Raises:
+            ApiError: An unknown model, a chat model, a refused input (400), a full queue.
+        """
+        if self.stopping:
+            raise ApiError(503, "The server is stopping.", code="server_stopping")
+        model = await run_blocking(self.resolve, model_id)
+        log_fields["model"] = model.id
+        entry = await self.engine(model)
+        if not entry.embedding:
+            raise ApiError(400, f"{model.id} is not an embedding model, so it makes replies, "
+                                "not embeddings. Choose a model the Library marks as an "
+                                "embedding model (GET /v1/models lists `embedding: true`).",
+                           param="model", code="not_an_embedding_model")
+        gate = self._gate(entry)
+        await gate.acquire()
+        try:
+            vectors, tokens = await run_blocking(entry.client.embed, inputs)
+        except QuantDeskError as exc:
+            raise from_quantdesk_error(exc) from None
+        finally:
+            gate.release()
+        log_fields["prompt_tokens"] = tokens
+        return model, vectors, tokens
+
+    @staticmethod
+    def _opens_reasoning(model: ServedModel, messages: list, thinking: Optional[bool]) -> bool:
+        """Whether the model's template ends the prompt inside ``<think>`` (DeepSeek-R1's
+        does): its reply then starts in the reasoning."""
+        return reply_opens_reasoning(template_of(model.path), messages, thinking)
 
     @staticmethod
     def _reply(entry: PooledEngine, options: Any, messages: Optional[list],
@@ -549,21 +635,23 @@ class ServerCore:
         for generation in list(self._live):
             generation.cancel()
 
-    def endpoint(self, handler: Callable[[Request, dict], Awaitable[Response]]
+    def endpoint(self, handler: Callable[[Request, dict], Awaitable[Response]],
+                 error_shape: Optional[Callable[[ApiError], dict]] = None
                  ) -> Callable[[Request], Awaitable[Response]]:
-        """Wrap a router's handler: errors become OpenAI error responses, and the request
-        is logged once (by its generation when it has one, else here)."""
+        """Wrap a router's handler: errors become error responses (OpenAI's shape, or
+        ``error_shape``'s), and the request is logged once (by its generation when it has
+        one, else here)."""
         async def run(request: Request) -> Response:
             fields = self.request_log_fields(request)
             try:
                 response = await handler(request, fields)
             except ApiError as exc:
-                response = error_response(exc)
+                response = error_response(exc, error_shape)
                 error = exc.message
             except Exception:
                 log.exception("server: %s %s failed", request.method, request.url.path)
                 exc = internal_error()
-                response, error = error_response(exc), exc.message
+                response, error = error_response(exc, error_shape), exc.message
             else:
                 error = ""
             if not fields.get("logged"):

@@ -9,7 +9,8 @@ its own chat engine over with :meth:`EnginePool.adopt`, so a model open in the C
 page is served by that same engine rather than loaded a second time; the pool never
 unloads an adopted engine. The other way round, :meth:`EnginePool.hand_over` gives the
 Chat page the engine the server already loaded for the model it opens, so that model is
-not loaded a second time either.
+not loaded a second time either. An embedding model (the Library's mark: an encoder
+architecture or a pooling type in its header) is loaded in embedding mode, with one slot.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ class PooledEngine:
         return report.parallel if report is not None else 1
 
     @property
+    def embedding(self) -> bool:
+        """Whether the model is loaded for embeddings (it makes vectors, not replies)."""
+        report = self.client.last_load
+        return bool(report is not None and getattr(report.settings, "embedding", False))
+
+    @property
     def context_per_slot(self) -> int:
         """Tokens one request's prompt and reply may hold together."""
         report = self.client.last_load
@@ -103,6 +110,17 @@ def _fit(path: Path, settings: Any, slots: int):
         n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention,
         cpu_moe_layers=settings.cpu_moe_layers, use_mmap=settings.use_mmap,
         use_extra_bufts=settings.use_extra_bufts))
+
+
+def _is_embedding_model(path: Path) -> bool:
+    """Whether the GGUF at ``path`` is an embedding model (unreadable: no; the load then
+    says why)."""
+    from models.engine.gguf_info import read_model_info
+
+    try:
+        return read_model_info(path).embedding
+    except QuantDeskError:
+        return False
 
 
 class EnginePool:
@@ -221,7 +239,9 @@ class EnginePool:
     def _load(self, path: Path) -> tuple[Any, Any]:
         """A new engine with ``path`` loaded, and the settings it was loaded with."""
         settings = self.settings_for(path)
-        slots = self._slots(path, settings)
+        if _is_embedding_model(path):
+            settings = replace(settings, embedding=True, parallel=1)
+        slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()
         started = time.perf_counter()
@@ -234,9 +254,10 @@ class EnginePool:
                  client.last_load.context_length, time.perf_counter() - started)
         return client, settings
 
-    def _slots(self, path: Path, settings: Any) -> int:
-        """The slots to load with; refuses (with memory_fit's sentence) what cannot fit."""
-        choices = (self.parallel,) if self.parallel else DEFAULT_SLOTS
+    def _slots(self, path: Path, settings: Any, choices: Optional[tuple] = None) -> int:
+        """The slots to load with (of ``choices``, by default the pool's); refuses (with
+        memory_fit's sentence) what cannot fit."""
+        choices = choices or ((self.parallel,) if self.parallel else DEFAULT_SLOTS)
         if not self.check_memory:
             return choices[0]
         for attempt in range(2):

@@ -1,6 +1,6 @@
 """Ollama's API, served on its own port when the user turns it on (``quantdesk serve
 --ollama-port 11434``): ``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``,
-``/api/ps``, ``/api/version``.
+``/api/ps``, ``/api/version``, ``/api/embed`` (and the older ``/api/embeddings``).
 
 Only translation lives here, as in :mod:`.openai_api`: Ollama's ``options``
 (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``num_predict``, ``stop``, ``seed``,
@@ -9,7 +9,11 @@ a JSON Schema, enforced by the grammar like ``response_format``), ``tools`` (cal
 :mod:`.tool_calls`, arguments as objects) and ``keep_alive`` (accepted; the server's idle
 unload applies) become engine options; replies stream as NDJSON, one object per line,
 the last with ``done: true``, ``done_reason`` and the counts and durations (nanoseconds).
-Model names are the Library ids; a ``:latest`` tag is ignored.
+Model names are the Library ids; a ``:latest`` tag is ignored. Errors are Ollama's
+``{"error": "sentence"}``. A reasoning model's
+thinking comes apart from the answer as ``thinking`` (in ``message`` for chat, beside
+``response`` for generate); ``think`` (``true``/``false``, or an effort such as ``"high"``,
+which is on) is the template's switch.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
-from models.server.catalog import served_models
+from models.engine.reasoning import REASONING_FIELD
+from models.server.catalog import served_models, template_of
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
+from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
+                                       structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import Tool, ToolChoice, ToolPlan, tool_request
 
@@ -63,6 +69,13 @@ def _options(body: Fields) -> dict:
     values["seed"] = None if seed is None or seed < 0 else seed % (2**32 - 1)
     predict = options.integer("num_predict", None, -2, MAX_INT)
     values["max_tokens"] = predict if predict and predict > 0 else None
+    think = body.get("think")
+    if isinstance(think, str) and think in ("high", "medium", "low"):
+        think = True
+    if think is not None and not isinstance(think, bool):
+        raise ApiError(400, "The field `think` must be true, false, \"high\", \"medium\" "
+                            "or \"low\".", param="think", code="invalid_value")
+    values["thinking"] = think
     kind = body.get("format")
     if kind == "json":
         values.update(structured_fields("json"))
@@ -97,6 +110,8 @@ def _messages(value: Any) -> list[dict]:
                                    for n, c in enumerate(calls)]
         if role == "tool":
             clean["tool_call_id"] = ""
+        if role == "assistant" and message.get("thinking"):
+            clean[REASONING_FIELD] = str(message["thinking"])
         out.append(clean)
     return out
 
@@ -126,6 +141,19 @@ def _final(gen: Generation, started: float) -> dict:
             "eval_duration": int((stats.decode_seconds if stats else 0) * 1e9)}
 
 
+def _message(content: str, thinking: str) -> dict:
+    """A chat message of the reply (``thinking`` only when there is some)."""
+    message = {"role": "assistant", "content": content}
+    if thinking:
+        message["thinking"] = thinking
+    return message
+
+
+def _generated(response: str, thinking: str) -> dict:
+    """A generate reply's text fields."""
+    return {"response": response, "thinking": thinking} if thinking else {"response": response}
+
+
 def _calls_of(gen: Generation, plan: Optional[ToolPlan]) -> Optional[list[dict]]:
     calls = plan.calls(gen) if plan is not None else None
     if not calls:
@@ -141,10 +169,11 @@ async def _ndjson(gen: Generation, chat: bool, plan: Optional[ToolPlan],
     try:
         try:
             async for event in gen.events():
-                if event.kind != "delta" or not event.text or plan is not None:
+                if event.kind != "delta" or not (event.text or event.reasoning) \
+                        or plan is not None:
                     continue  # tool replies are sent whole at the end: calls, or text
-                piece = {"message": {"role": "assistant", "content": event.text}} if chat \
-                    else {"response": event.text}
+                piece = {"message": _message(event.text, event.reasoning)} if chat \
+                    else _generated(event.text, event.reasoning)
                 yield json.dumps(dict(head, created_at=_now(), done=False, **piece)) + "\n"
             calls = _calls_of(gen, plan)
         except ApiError as exc:
@@ -186,6 +215,12 @@ def routes(core: ServerCore) -> list[Route]:
         return {"format": "gguf", "family": "", "families": None, "parameter_size": "",
                 "quantization_level": model.id.rsplit(".", 1)[-1] if "." in model.id else ""}
 
+    def capabilities(model: Any) -> list[str]:
+        if model.embedding:
+            return ["embedding"]
+        template = template_of(model.path) or ""
+        return ["completion", "tools"] + (["thinking"] if "<think>" in template else [])
+
     def describe(model: Any) -> dict:
         stat = model.path.stat()
         modified = datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat()
@@ -221,11 +256,11 @@ def routes(core: ServerCore) -> list[Route]:
         calls = await gen.complete(request, lambda done: _calls_of(done, plan))
         out: dict = dict(model=gen.model.id, created_at=_now(), **_final(gen, started))
         if chat:
-            out["message"] = {"role": "assistant", "content": "" if calls else gen.text}
+            out["message"] = _message("" if calls else gen.answer, gen.reasoning)
             if calls:
                 out["message"]["tool_calls"] = calls
         else:
-            out["response"] = gen.text
+            out.update(_generated(gen.answer, gen.reasoning))
         return JSONResponse(out)
 
     async def chat(request: Request, log_fields: dict):
@@ -244,13 +279,11 @@ def routes(core: ServerCore) -> list[Route]:
     async def show(request: Request, log_fields: dict):
         body = Fields(await read_json_body(request, core.config.max_body_bytes))
         model = core.resolve(_model_id(body.get("model") or body.get("name")))
-        from models.server.tool_calls import template_of
-
         return JSONResponse({"modelfile": "", "parameters": "",
                              "template": template_of(model.path) or "",
                              "details": details(model),
                              "model_info": {"general.context_length": model.context_length},
-                             "capabilities": ["completion", "tools"],
+                             "capabilities": capabilities(model),
                              "modified_at": describe(model)["modified_at"]})
 
     async def ps(request: Request, log_fields: dict):
@@ -264,16 +297,44 @@ def routes(core: ServerCore) -> list[Route]:
                                    size_vram=0, context_length=entry.context_per_slot))
         return JSONResponse({"models": loaded})
 
+    async def embed(request: Request, log_fields: dict):
+        started = time.perf_counter()
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        body.get("keep_alive")  # accepted: the server unloads idle models itself
+        body.refuse("dimensions", "this server returns the model's whole vectors.")
+        inputs = embedding_inputs(body.get("input"))
+        model, vectors, tokens = await core.embed(_model_id(body.get("model")), inputs,
+                                                  log_fields)
+        return JSONResponse({"model": model.id,
+                             "embeddings": [[float(x) for x in v] for v in vectors],
+                             "total_duration": int((time.perf_counter() - started) * 1e9),
+                             "load_duration": 0, "prompt_eval_count": tokens})
+
+    async def embeddings(request: Request, log_fields: dict):
+        """The older single-prompt endpoint: ``prompt`` in, ``embedding`` out."""
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise ApiError(400, "The field `prompt` must be a non-empty string.",
+                           param="prompt", code="invalid_value")
+        _, vectors, _ = await core.embed(_model_id(body.get("model")), [prompt], log_fields)
+        return JSONResponse({"embedding": [float(x) for x in vectors[0]]})
+
     async def version(request: Request, log_fields: dict):
         return JSONResponse({"version": VERSION})
 
     async def root(request: Request, log_fields: dict):
         return JSONResponse("Ollama is running")
 
-    return [Route("/api/chat", core.endpoint(chat), methods=["POST"]),
-            Route("/api/generate", core.endpoint(generate), methods=["POST"]),
-            Route("/api/tags", core.endpoint(tags), methods=["GET"]),
-            Route("/api/show", core.endpoint(show), methods=["POST"]),
-            Route("/api/ps", core.endpoint(ps), methods=["GET"]),
-            Route("/api/version", core.endpoint(version), methods=["GET"]),
-            Route("/", core.endpoint(root), methods=["GET", "HEAD"])]
+    def endpoint(handler: Any) -> Any:
+        return core.endpoint(handler, error_shape=lambda error: {"error": error.message})
+
+    return [Route("/api/chat", endpoint(chat), methods=["POST"]),
+            Route("/api/generate", endpoint(generate), methods=["POST"]),
+            Route("/api/tags", endpoint(tags), methods=["GET"]),
+            Route("/api/show", endpoint(show), methods=["POST"]),
+            Route("/api/ps", endpoint(ps), methods=["GET"]),
+            Route("/api/version", endpoint(version), methods=["GET"]),
+            Route("/api/embed", endpoint(embed), methods=["POST"]),
+            Route("/api/embeddings", endpoint(embeddings), methods=["POST"]),
+            Route("/", endpoint(root), methods=["GET", "HEAD"])]

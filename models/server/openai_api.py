@@ -1,4 +1,5 @@
-"""The OpenAI dialect: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``.
+"""The OpenAI dialect: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``.
 
 Only translation lives here — OpenAI's field names into engine options and messages, and
 engine events into OpenAI's response and stream-chunk shapes; everything else (models,
@@ -6,12 +7,16 @@ queue, cancellation, errors) is :mod:`.core`. Streams are what the official clie
 parse: ``data: {json}`` events (framed by sse-starlette), one id for the whole stream, the
 role in the first delta, a last chunk with ``finish_reason``, with
 ``stream_options.include_usage`` a usage chunk with empty ``choices``, then
-``data: [DONE]``. An engine failure mid-stream is an ``{"error": ...}`` event, then the
-stream ends (the clients raise it).
+``data: [DONE]``. A reasoning model's thinking is ``reasoning_content`` beside
+``content`` (streamed as ``delta.reasoning_content``, as llama.cpp's server and DeepSeek's
+API send it); the template's switch is ``chat_template_kwargs.enable_thinking``,
+``enable_thinking`` or ``reasoning_effort`` (``"none"`` is off). An engine failure
+mid-stream is an ``{"error": ...}`` event, then the stream ends (the clients raise it).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, AsyncIterator, Callable, Optional
 
@@ -20,11 +25,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
+from models.engine.reasoning import REASONING_FIELD, SWITCH_NAMES
 from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
-from models.server.parameters import MAX_INT, Fields, options_for_slot, structured_fields
+from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
+                                       structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
 
@@ -111,8 +118,59 @@ def chat_messages(value: Any) -> list[dict]:
             clean["tool_calls"] = _call_history(message["tool_calls"], index)
         if role == "tool":
             clean["tool_call_id"] = str(message.get("tool_call_id") or "")
+        reasoning = message.get(REASONING_FIELD)
+        if role == "assistant" and isinstance(reasoning, str) and reasoning:
+            clean[REASONING_FIELD] = reasoning  # templates that keep past thinking read it
         messages.append(clean)
     return messages
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def thinking_choice(body: Fields) -> Optional[bool]:
+    """Whether the request turns a reasoning model's thinking on or off (``None``: the
+    template's default): ``chat_template_kwargs`` (``enable_thinking`` or ``thinking``,
+    as vLLM and llama.cpp's server read them), a top-level ``enable_thinking``, or
+    ``reasoning_effort`` (``"none"`` is off, any other effort on)."""
+    kwargs = body.obj("chat_template_kwargs")
+    if kwargs is not None:
+        unknown = sorted(set(kwargs.values) - set(SWITCH_NAMES))
+        if unknown:
+            raise ApiError(400, f"chat_template_kwargs holds {', '.join(unknown)}; this server "
+                                f"passes only the thinking switch ({' or '.join(SWITCH_NAMES)}) "
+                                "to the template.", param="chat_template_kwargs",
+                           code="invalid_value")
+        for name in SWITCH_NAMES:
+            if kwargs.get(name) is not None:
+                return kwargs.boolean(name, True)
+    if body.get("enable_thinking") is not None:
+        return body.boolean("enable_thinking", True)
+    return effort_thinking(body, "reasoning_effort")
+
+
+def effort_thinking(body: Fields, name: str) -> Optional[bool]:
+    """A reasoning effort field as the thinking switch: ``"none"`` off, another effort on,
+    absent the template's default."""
+    effort = body.string(name)
+    if effort is None:
+        return None
+    if effort not in REASONING_EFFORTS:
+        where = body.field_name(name)
+        raise ApiError(400, f"{where} {effort!r} is unknown; use one of "
+                            f"{', '.join(REASONING_EFFORTS)}.", param=where,
+                       code="invalid_value")
+    return effort != "none"
+
+
+def splits_reasoning(body: Fields) -> bool:
+    """llama.cpp's ``reasoning_format``: ``"none"`` leaves the thinking in ``content``."""
+    kind = body.string("reasoning_format", "auto")
+    if kind not in ("none", "auto", "deepseek"):
+        raise ApiError(400, f"reasoning_format {kind!r} is unknown; use auto (thinking in "
+                            "reasoning_content) or none (left in content).",
+                       param="reasoning_format", code="invalid_value")
+    return kind != "none"
 
 
 def _sampling(body: Fields, chat: bool) -> dict:
@@ -140,7 +198,7 @@ def _sampling(body: Fields, chat: bool) -> dict:
     return values
 
 
-def _output_format(body: Fields) -> dict:
+def output_format(body: Fields) -> dict:
     """``response_format`` (OpenAI) or a top-level ``schema`` (llama.cpp) as engine fields."""
     response_format = body.obj("response_format")
     if response_format is None:
@@ -167,7 +225,7 @@ def _output_format(body: Fields) -> dict:
                         "json_schema.", param="response_format.type", code="invalid_value")
 
 
-def _tools(body: Fields) -> list[Tool]:
+def function_tools(body: Fields) -> list[Tool]:
     """``tools``: functions with a name, a description and a JSON Schema for parameters."""
     value = body.get("tools")
     if value is None:
@@ -204,7 +262,7 @@ def _tools(body: Fields) -> list[Tool]:
     return tools
 
 
-def _tool_choice(body: Fields, tools: list[Tool]) -> ToolChoice:
+def tool_choice_of(body: Fields, tools: list[Tool]) -> ToolChoice:
     """``tool_choice`` (``auto``, ``none``, ``required`` or a named function) and
     ``parallel_tool_calls``."""
     parallel = body.boolean("parallel_tool_calls", True)
@@ -286,9 +344,11 @@ class _Dialect:
             finish = "length" if gen.finish_reason == "length" else "tool_calls"
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         elif self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": gen.text,
-                                              "refusal": None},
-                      "logprobs": logprobs, "finish_reason": gen.finish_reason}
+            message = {"role": "assistant", "content": gen.answer, "refusal": None}
+            if gen.reasoning:
+                message[REASONING_FIELD] = gen.reasoning
+            choice = {"index": 0, "message": message, "logprobs": logprobs,
+                      "finish_reason": gen.finish_reason}
         else:
             choice = {"index": 0, "text": gen.text, "logprobs": logprobs,
                       "finish_reason": gen.finish_reason}
@@ -315,12 +375,14 @@ class _Dialect:
                 "finish_reason": None}
 
     def choice(self, text: Optional[str], logprobs: Optional[dict], finish: Optional[str],
-               role: bool = False) -> dict:
+               role: bool = False, reasoning: str = "") -> dict:
         if self.chat:
             delta: dict = {}
             if role:
                 delta["role"] = "assistant"
-            if text is not None:
+            if reasoning:
+                delta[REASONING_FIELD] = reasoning
+            if text is not None and (text or not reasoning):
                 delta["content"] = text
             return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
@@ -342,10 +404,12 @@ async def _stream_events(gen: Generation, dialect: _Dialect,
                     for call_event in calls.feed(event.text):
                         yield dialect.chunk(gen, [dialect.call_choice(call_event)],
                                             include_usage)
-                elif event.kind == "delta":
+                elif event.kind == "delta" and (event.text or event.reasoning
+                                                or event.logprobs):
                     logprobs = dialect.logprobs_of(list(event.logprobs), offset)
                     offset += len(event.text)
-                    yield dialect.chunk(gen, [dialect.choice(event.text, logprobs, None)],
+                    yield dialect.chunk(gen, [dialect.choice(event.text, logprobs, None,
+                                                             reasoning=event.reasoning)],
                                         include_usage)
             if calls is not None:
                 for call_event in calls.finish():
@@ -372,12 +436,20 @@ async def _respond(core: ServerCore, request: Request, body: Fields, dialect: _D
                    options: Callable[[int], Any], messages: Optional[list] = None,
                    prompt: Optional[str] = None, log_fields: Optional[dict] = None):
     stream, include_usage = _stream_flags(body)
+    split = splits_reasoning(body) if dialect.chat else False
     gen = await core.start(request, body.get("model"), options, messages=messages,
-                           prompt=prompt, log_fields=log_fields)
+                           prompt=prompt, log_fields=log_fields, split_reasoning=split)
     if stream:
         return GenerationStream(gen, _stream_events(gen, dialect, include_usage))
     reply = await gen.complete(request, dialect.full)
     return JSONResponse(reply)
+
+
+def _encode_vector(vector: Any, encoding: str) -> Any:
+    """A vector as JSON numbers, or base64 of its little-endian float32 bytes."""
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return [float(x) for x in vector]
 
 
 # -- endpoints ------------------------------------------------------------------------
@@ -395,6 +467,7 @@ def routes(core: ServerCore) -> list[Route]:
             context = core.pool.settings_for(model.path).context_length or model.context_length
         return {"id": model.id, "object": "model", "created": model.created,
                 "owned_by": "quantdesk", "loaded": entry is not None, "slots": slots,
+                "embedding": model.embedding,
                 "context_per_slot": context, "context_length": context,
                 "name": model.name, "path": str(model.path)}
 
@@ -416,11 +489,12 @@ def routes(core: ServerCore) -> list[Route]:
         if top is not None and not logprobs:
             raise ApiError(400, "The field `top_logprobs` needs `logprobs` set to true.",
                            param="top_logprobs", code="invalid_value")
-        values = dict(_sampling(body, chat=True), **_output_format(body))
+        values = dict(_sampling(body, chat=True), **output_format(body))
         values["logprobs"] = (top or 0) if logprobs else None
-        tools = _tools(body)
+        values["thinking"] = thinking_choice(body)
+        tools = function_tools(body)
         messages, plan = tool_request(core, body.get("model"), messages, tools,
-                                      _tool_choice(body, tools), values)
+                                      tool_choice_of(body, tools), values)
         if plan is not None:
             values["logprobs"] = None  # calls are grammar-made: no per-token alternatives
         return await _respond(core, request, body, _Dialect(True, values["logprobs"], plan),
@@ -439,13 +513,29 @@ def routes(core: ServerCore) -> list[Route]:
         body.refuse("suffix", "this server does not fill in the middle.", unless="")
         body.refuse("echo", "this server does not echo the prompt.", unless=False)
         logprobs = body.integer("logprobs", None, 0, MAX_TOP_LOGPROBS)
-        values = dict(_sampling(body, chat=False), **_output_format(body))
+        values = dict(_sampling(body, chat=False), **output_format(body))
         values["logprobs"] = logprobs
         return await _respond(core, request, body, _Dialect(False, logprobs),
                               options_for_slot(values), prompt=prompt, log_fields=log_fields)
 
+    async def embeddings(request: Request, log_fields: dict):
+        body = Fields(await read_json_body(request, core.config.max_body_bytes))
+        inputs = embedding_inputs(body.get("input"))
+        encoding = body.string("encoding_format", "float")
+        if encoding not in ("float", "base64"):
+            raise ApiError(400, f"encoding_format {encoding!r} is unknown; use float or base64.",
+                           param="encoding_format", code="invalid_value")
+        body.refuse("dimensions", "this server returns the model's whole vectors.")
+        model, vectors, tokens = await core.embed(body.get("model"), inputs, log_fields)
+        return JSONResponse({"object": "list", "model": model.id,
+                             "data": [{"object": "embedding", "index": index,
+                                       "embedding": _encode_vector(vector, encoding)}
+                                      for index, vector in enumerate(vectors)],
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     return [
         Route("/v1/models", core.endpoint(list_models), methods=["GET"]),
+        Route("/v1/embeddings", core.endpoint(embeddings), methods=["POST"]),
         Route("/v1/models/{model:path}", core.endpoint(get_model),
               methods=["GET"]),
         Route("/v1/chat/completions", core.endpoint(chat_completions), methods=["POST"]),

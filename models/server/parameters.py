@@ -30,12 +30,13 @@ class Fields:
         self.values = values
         self.where = where
 
-    def _name(self, name: str) -> str:
+    def field_name(self, name: str) -> str:
+        """The field's name as a request writes it (``reasoning.effort``)."""
         return f"{self.where}.{name}" if self.where else name
 
     def _bad(self, name: str, message: str) -> ApiError:
-        return ApiError(400, f"The field `{self._name(name)}` {message}", param=self._name(name),
-                        code="invalid_value")
+        return ApiError(400, f"The field `{self.field_name(name)}` {message}",
+                        param=self.field_name(name), code="invalid_value")
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -85,7 +86,7 @@ class Fields:
             return None
         if not isinstance(value, dict):
             raise self._bad(name, f"must be an object, not {_kind(value)}.")
-        return Fields(value, self._name(name))
+        return Fields(value, self.field_name(name))
 
     def strings(self, name: str, most: int) -> tuple[str, ...]:
         """A string or a list of strings (``stop``)."""
@@ -145,3 +146,32 @@ def structured_fields(kind: str, schema: Any = None) -> dict:
                             '{"type": "object", "properties": {...}}.', param="schema",
                        code="invalid_schema")
     return {"response_format": "json_schema", "schema": schema}
+
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request
+
+
+def embedding_inputs(value: Any, field: str = "input") -> list:
+    """``input`` as a list of texts or token-id lists: a string, a list of strings, one
+    list of token ids, or a list of them."""
+    if isinstance(value, str):
+        value = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in value):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"The field `{field}` must be a string, a list of strings, or "
+                            "token ids (a list of integers, or a list of such lists).",
+                       param=field, code="invalid_value")
+    if len(value) > MAX_EMBEDDING_INPUTS:
+        raise ApiError(400, f"The field `{field}` has {len(value)} inputs; at most "
+                            f"{MAX_EMBEDDING_INPUTS} are embedded per request.", param=field,
+                       code="invalid_value")
+    for index, item in enumerate(value):
+        text = isinstance(item, str) and item != ""
+        tokens = isinstance(item, list) and item and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in item)
+        if not (text or tokens):
+            raise ApiError(400, f"Input {index + 1} of `{field}` is empty or not text or token "
+                                "ids.", param=f"{field}[{index}]", code="invalid_value")
+    return value

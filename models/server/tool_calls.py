@@ -34,13 +34,13 @@ without a grammar (spaces, arguments before the name, arguments as a JSON string
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from app.core.errors import QuantDeskError
+from models.server.catalog import template_of
 from models.server.errors import ApiError
 from models.structured.json_rules import gbnf_char
 
@@ -128,20 +128,6 @@ def call_format(template: Optional[str]) -> CallFormat:
     if "<|eot_id|>" in template or "ipython" in template:
         return FORMATS["llama3"]
     return FORMATS["generic"]
-
-
-@functools.lru_cache(maxsize=32)
-def _template_at(path: str, mtime: float) -> Optional[str]:
-    from models.engine.gguf_info import read_model_info
-
-    return read_model_info(path).chat_template
-
-
-def template_of(path: Any) -> Optional[str]:
-    """The chat template in a GGUF file's header (``None``: it has none)."""
-    import os
-
-    return _template_at(str(path), os.path.getmtime(path))
 
 
 def new_call_id() -> str:

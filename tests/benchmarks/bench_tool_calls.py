@@ -244,13 +244,21 @@ def run_llama_server(tools_dir: Path, gguf: Path, cases: list[dict], max_tokens:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-schema", type=int, default=18)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--per-schema", type=int, default=18,
+                        help="requests per function schema (default 18: 12 schemas x 18 = "
+                             "216 forced calls)")
+    parser.add_argument("--max-tokens", type=int, default=96,
+                        help="most tokens per reply, on both servers (default 96)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="CPU threads for each server's model (default 2)")
     parser.add_argument("--llama-tools", type=Path,
                         default=Path(os.environ.get("QUANTDESK_LLAMA_TOOLS",
-                                                    "~/.cache/quantdesk-llama-tools")).expanduser())
-    parser.add_argument("--skip-llama-server", action="store_true")
+                                                    "~/.cache/quantdesk-llama-tools")).expanduser(),
+                        help="the folder llama.cpp's tools were built in, holding "
+                             "build/bin/llama-server (default $QUANTDESK_LLAMA_TOOLS or "
+                             "~/.cache/quantdesk-llama-tools)")
+    parser.add_argument("--skip-llama-server", action="store_true",
+                        help="measure QuantDesk's server only")
     args = parser.parse_args()
 
     from tests.conftest import cached_models_dir, fetch_smollm2

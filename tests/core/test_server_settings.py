@@ -11,7 +11,8 @@ from app.core.server_settings import (
 
 def test_settings_survive_a_new_preferences_object():
     assert load_server_settings() == ServerSettings()  # nothing stored: the defaults
-    chosen = ServerSettings(enabled=True, port=9123, network=True, parallel=4, idle_unload_minutes=0)
+    chosen = ServerSettings(enabled=True, port=9123, network=True, parallel=4, idle_unload_minutes=0,
+                            ollama=True, ollama_port=11500)
     save_server_settings(chosen)
     assert load_server_settings() == chosen
     assert Preferences().get(SERVER_KEY)["port"] == 9123
@@ -24,8 +25,10 @@ def test_host_is_loopback_unless_serving_the_network():
 
 def test_bad_stored_values_fall_back_to_the_defaults():
     Preferences().set(SERVER_KEY, {"enabled": "yes", "port": 80, "network": 1, "parallel": -3,
-                                   "idle_unload_minutes": -1, "unknown": 5})
+                                   "idle_unload_minutes": -1, "unknown": 5, "ollama": "on",
+                                   "ollama_port": 70000})
     assert load_server_settings() == ServerSettings()
+    assert not ServerSettings().ollama and ServerSettings().ollama_port == 11434  # off by default
     Preferences().set(SERVER_KEY, ["not", "a", "dict"])
     assert load_server_settings().port == DEFAULT_PORT
     Preferences().set(SERVER_KEY, {"port": True})  # a bool is not a port number

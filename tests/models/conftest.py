@@ -49,3 +49,4 @@ def raw_greedy_reply(model, messages, max_tokens, grammar=None) -> dict:
                              str(max_tokens), *extra], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+

@@ -41,7 +41,10 @@ def size_text(n: Optional[int]) -> str:
 
 LIBRARY_COLUMNS = [
     Column("Name", lambda m: m.name, tooltip=lambda m: m.path + (f"\nUnreadable: {m.error}" if m.error else "")),
-    Column("Architecture", lambda m: m.architecture or "?"),
+    # An embedding model is marked: it makes vectors (the API's /v1/embeddings), not replies.
+    Column("Architecture", lambda m: (m.architecture or "?") + (" · embedding" if m.embedding else ""),
+           tooltip=lambda m: "An embedding model: it makes vectors for search and retrieval "
+                             "(the server's /v1/embeddings), not chat replies." if m.embedding else ""),
     # "30.5B total, 3.3B active" for a mixture of experts
     Column("Parameters", lambda m: parameters_text(m.parameters, m.active_parameters),
            sort=lambda m: m.parameters or 0, align_right=True),

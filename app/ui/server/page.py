@@ -2,7 +2,8 @@
 
 On/off, the address to copy, the API key (generate, copy, reset, remove; shown masked),
 serving on the local network (only with a key: the page says so beside the switch), the
-port, the requests served at once, the idle time after which a model is unloaded, the
+port, the requests served at once, the idle time after which a model is unloaded, Ollama's
+API on a port of its own (off by default; for clients that speak only Ollama's), the
 models the server sees with their slots and context per slot, and a live request log.
 
 The server itself is Qt-free (:mod:`models.server`): a
@@ -85,7 +86,8 @@ class ServerPage(Page):
         self.controller = None
         #: The running server's EnginePool (one engine per model, the chat's lent to it).
         self.pool = None
-        self._urls: tuple[str, str] = ("", "")  # (the address to share, this computer's)
+        # (the address to share, this computer's, the Ollama API's or "")
+        self._urls: tuple[str, str, str] = ("", "", "")
         self._serving: Optional[ServerSettings] = None  # what the server was started with
         self._closing = threading.Event()
         self._status_job: Optional[JobWorker] = None
@@ -194,8 +196,20 @@ class ServerPage(Page):
         self.idle_spin.setSpecialValueText("Never")
         self.idle_spin.setToolTip("A model no request used for this long is unloaded, freeing its memory.")
         _grid_row(grid, "Unload idle after:", self.idle_spin)
+        self.ollama_switch = QCheckBox("Also answer Ollama's API")
+        self.ollama_switch.setAccessibleName("Answer Ollama's API")
+        self.ollama_switch.setToolTip("For programs that speak only Ollama's API (Open WebUI, "
+                                      "Continue and others): /api/chat, /api/generate, "
+                                      "/api/tags, /api/embed… on a port of its own.")
+        self.ollama_switch.setChecked(remembered.ollama)
+        self.ollama_switch.toggled.connect(self._ollama_toggled)
+        grid.addWidget(self.ollama_switch, grid.rowCount(), 0, 1, 3)
+        self.ollama_port_spin = _spin("Ollama port", MIN_PORT, MAX_PORT, remembered.ollama_port)
+        self.ollama_port_spin.setGroupSeparatorShown(False)
+        self.ollama_port_spin.setEnabled(remembered.ollama)
+        _grid_row(grid, "Ollama port:", self.ollama_port_spin)
         grid.setRowStretch(grid.rowCount(), 1)
-        for spin in (self.port_spin, self.parallel_spin, self.idle_spin):
+        for spin in (self.port_spin, self.parallel_spin, self.idle_spin, self.ollama_port_spin):
             spin.valueChanged.connect(lambda _value: self._save_timer.start())
         return box
 
@@ -235,7 +249,9 @@ class ServerPage(Page):
         return ServerSettings(enabled=self.switch.isChecked(), port=self.port_spin.value(),
                               network=self.network_switch.isChecked(),
                               parallel=self.parallel_spin.value(),
-                              idle_unload_minutes=self.idle_spin.value())
+                              idle_unload_minutes=self.idle_spin.value(),
+                              ollama=self.ollama_switch.isChecked(),
+                              ollama_port=self.ollama_port_spin.value())
 
     def _remember(self) -> None:
         try:
@@ -252,6 +268,10 @@ class ServerPage(Page):
             self.banner.show_message(RESTART_TO_APPLY, "info", "Restart now", self.restart)
         elif self.banner.text() == RESTART_TO_APPLY:
             self.banner.clear()  # changed back to what the server runs with
+
+    def _ollama_toggled(self, on: bool) -> None:
+        self.ollama_port_spin.setEnabled(on)
+        self._options_changed()
 
     def _network_toggled(self, on: bool) -> None:
         if on and not self._api_key():
@@ -464,7 +484,8 @@ class ServerPage(Page):
 
             config = ServerConfig(host=settings.host, port=settings.port, api_key=key,
                                   parallel=settings.parallel or None,
-                                  idle_unload_seconds=settings.idle_unload_minutes * 60)
+                                  idle_unload_seconds=settings.idle_unload_minutes * 60,
+                                  ollama_port=settings.ollama_port if settings.ollama else None)
             controller = ServerController(config, engines=pool)
             controller.add_listener(listener)
             try:
@@ -478,7 +499,8 @@ class ServerPage(Page):
             if closing.is_set():  # the window closed while it started: stop it again
                 self._stop_server(chat)
                 raise Cancelled()
-            return _client_urls(controller.port, settings.network and lan_address())
+            return _client_urls(controller.port, settings.network and lan_address(),
+                                controller.ollama_port if settings.ollama else None)
 
         return job
 
@@ -496,7 +518,7 @@ class ServerPage(Page):
         chat = getattr(window, "pages", {}).get("Chat") if window is not None else None
         return getattr(chat, "engine", None)
 
-    def _started(self, urls: tuple[str, str]) -> None:
+    def _started(self, urls: tuple[str, str, str]) -> None:
         if self.state == STOPPING:  # a stop queued behind this start: it follows at once
             return
         self._urls = urls
@@ -532,11 +554,14 @@ class ServerPage(Page):
         self.copy_address_button.setEnabled(state == ON)
         local = self._urls[1]
         if state == ON:
-            self.state_label.setText(f"Serving at {urlsplit(self._urls[0]).netloc}.")
+            ollama = self._urls[2]
+            self.state_label.setText(f"Serving at {urlsplit(self._urls[0]).netloc}" + (
+                f"; Ollama's API at {urlsplit(ollama).netloc}" if ollama else "") + ".")
             self.address_edit.setText(self._urls[0])
             self.address_hint.setText(
                 "Give this address to an OpenAI client as its base URL; the model field names a model "
-                "below." + (f" On this computer: {local}" if local != self._urls[0] else ""))
+                "below." + (f" On this computer: {local}" if local != self._urls[0] else "")
+                + (f" Ollama clients: {ollama}" if ollama else ""))
         else:
             self.state_label.setText({OFF: "Off.", STARTING: "Starting…", STOPPING: "Stopping…"}[state])
             self.address_edit.clear()
@@ -624,14 +649,17 @@ def _end(controller, chat) -> None:
     controller.close()
 
 
-def _client_urls(port: int, lan: Optional[str]) -> tuple[str, str]:
-    """(the base URL to give clients, the one for this computer).
+def _client_urls(port: int, lan: Optional[str],
+                 ollama_port: Optional[int] = None) -> tuple[str, str, str]:
+    """(the base URL to give clients, the one for this computer, the Ollama API's address
+    or "" when it is off).
 
     Serving the network, the server listens on every interface; the address to share is
     this computer's address on the network (``lan``), not ``0.0.0.0``.
     """
     local = f"http://{LOOPBACK_HOST}:{port}/v1"
-    return (f"http://{lan}:{port}/v1" if lan else local), local
+    ollama = f"http://{lan or LOOPBACK_HOST}:{ollama_port}" if ollama_port else ""
+    return (f"http://{lan}:{port}/v1" if lan else local), local, ollama
 
 
 def _grid_row(grid: QGridLayout, label: str, field) -> None:

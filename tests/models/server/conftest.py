@@ -20,13 +20,19 @@ def server_home(tmp_path_factory):
     patch.undo()
 
 
-@pytest.fixture(scope="module")
-def library(server_home, smollm2_gguf):
+def library_of(home, *models):
+    """A Library in ``home`` holding ``models`` (GGUF paths)."""
     from models.library import Library
 
-    library = Library(server_home / "models")
-    library.import_path(smollm2_gguf)
+    library = Library(home / "models")
+    for model in models:
+        library.import_path(model)
     return library
+
+
+@pytest.fixture(scope="module")
+def library(server_home, smollm2_gguf):
+    return library_of(server_home, smollm2_gguf)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,19 @@ def server(library, pool):
     controller = ServerController(ServerConfig(port=0), engines=pool, library=library)
     controller.entries = []
     controller.add_listener(controller.entries.append)
+    controller.start()
+    yield controller
+    controller.stop()
+
+
+@pytest.fixture(scope="module")
+def ollama_server(library, pool):
+    """A running ServerController that also answers Ollama's API (``ollama_port``)."""
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+
+    controller = ServerController(ServerConfig(port=0, ollama_port=0), engines=pool,
+                                  library=library)
     controller.start()
     yield controller
     controller.stop()

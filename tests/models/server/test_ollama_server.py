@@ -18,18 +18,6 @@ pytestmark = [pytest.mark.smollm2, pytest.mark.slow]
 GREEDY = {"temperature": 0, "num_predict": 12, "repeat_penalty": 1.0}
 
 
-@pytest.fixture(scope="module")
-def ollama_server(library, pool):
-    from models.server.config import ServerConfig
-    from models.server.controller import ServerController
-
-    controller = ServerController(ServerConfig(port=0, ollama_port=0), engines=pool,
-                                  library=library)
-    controller.start()
-    yield controller
-    controller.stop()
-
-
 @pytest.fixture
 def client(ollama_server):
     return ollama.Client(host=f"http://127.0.0.1:{ollama_server.ollama_port}", timeout=600)

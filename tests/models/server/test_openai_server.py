@@ -282,8 +282,9 @@ def test_malformed_bodies_are_400_with_a_sentence(server, body, says):
 
 
 def test_an_unknown_endpoint_or_method_is_an_openai_error(server):
-    missing = httpx.post(f"{server.address}/v1/embeddings", json={"input": "x"})
+    missing = httpx.post(f"{server.address}/v1/audio/speech", json={"input": "x"})
     assert missing.status_code == 404 and "/v1/chat/completions" in missing.json()["error"]["message"]
+    assert "POST /v1/responses, POST /v1/embeddings" in missing.json()["error"]["message"]
     wrong = httpx.get(f"{server.address}/v1/chat/completions")
     assert wrong.status_code == 405 and "GET" in wrong.json()["error"]["message"]
 

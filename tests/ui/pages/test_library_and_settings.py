@@ -196,3 +196,20 @@ def test_models_page_shows_new_outputs_when_shown_again(qtbot, window, tiny_gguf
     Library().remove(tiny_ggufs["Q8_0"])  # what another page (or the CLI) changed meanwhile
     window.show_page("Models")
     assert library.model.rowCount() == 1
+
+
+@pytest.mark.smollm2
+def test_the_library_marks_an_embedding_model(qtbot, window, smollm2_gguf, smollm2_embedding_gguf):
+    from models.library import Library
+
+    for path in (smollm2_gguf, smollm2_embedding_gguf):
+        Library().import_path(path)
+    library = window.show_page("Models").library
+    qtbot.waitUntil(lambda: library.model.rowCount() == 2, timeout=10000)
+    model = library.model
+    column = next(c for c in range(model.columnCount())
+                  if model.headerData(c, Qt.Orientation.Horizontal) == "Architecture")
+    shown = sorted(model.index(row, column).data() for row in range(2))
+    assert shown == ["llama", "llama · embedding"]
+    marked = next(row for row in range(2) if "embedding" in model.index(row, column).data())
+    assert "vectors" in model.index(marked, column).data(Qt.ItemDataRole.ToolTipRole)

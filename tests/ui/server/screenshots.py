@@ -1,5 +1,6 @@
 """Screenshots of the Server page: off (no key, the network switch refused), and on with
-SmolLM2 loaded by a request and a few requests in the log — light and dark.
+Ollama's API turned on, SmolLM2 loaded by a request and a few requests in the log — light
+and dark.
 
 Run on a real display (Xvfb, ``QT_QPA_PLATFORM=xcb``) by ``test_server_screenshots.py``:
 ``python -m tests.ui.server.screenshots MODEL.gguf OUT_DIR``. Each state is reached with the
@@ -57,6 +58,8 @@ def main(model: Path, out: Path) -> list[Path]:
     shoot("off")
 
     page.generate_key_button.click()
+    page.ollama_switch.click()
+    page.ollama_port_spin.setValue(free_port())
     page.switch.click()
     wait_until(lambda: page.state_label.text().startswith("Serving"), 60)
     base, key = page.address(), load_api_key()

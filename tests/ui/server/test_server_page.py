@@ -107,6 +107,33 @@ def test_switch_serves_copies_the_address_and_logs_requests(qtbot, window):
         urllib.request.urlopen(f"{address}/models", timeout=5)
 
 
+def test_the_ollama_switch_serves_ollamas_api_on_its_port(qtbot, window):
+    from app.core.server_settings import load_server_settings
+
+    page = window.show_page("Server")
+    assert not page.ollama_switch.isChecked() and not page.ollama_port_spin.isEnabled()
+    port, ollama_port = free_port(), free_port()
+    turn_on(qtbot, page, port)  # off by default: the Ollama port does not answer
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{ollama_port}/api/version", timeout=5)
+    page.ollama_switch.click()
+    assert page.ollama_port_spin.isEnabled()
+    page.ollama_port_spin.setValue(ollama_port)
+    qtbot.waitUntil(lambda: page.banner.text() == RESTART_TO_APPLY, timeout=5_000)
+    page.banner.action_button.click()
+    qtbot.waitUntil(lambda: "Ollama's API" in page.state_label.text(), timeout=START_MS)
+    assert f"Ollama clients: http://127.0.0.1:{ollama_port}" in page.address_hint.text()
+    status, body = fetch(f"http://127.0.0.1:{ollama_port}/api/version")
+    assert status == 200 and body["version"]
+    assert fetch(f"http://127.0.0.1:{ollama_port}/api/tags")[1]["models"] == []
+    qtbot.waitUntil(lambda: not page._save_timer.isActive(), timeout=5_000)
+    settings = load_server_settings()
+    assert settings.ollama and settings.ollama_port == ollama_port
+    turn_off(qtbot, page)
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{ollama_port}/api/version", timeout=5)
+
+
 def test_key_generate_copy_reset_remove_and_the_network_switch(qtbot, window):
     from PySide6.QtWidgets import QLineEdit
 
