@@ -217,13 +217,23 @@ class ConstrainedSteps:
 
     def plan(self) -> str:
         """What the grammar decides before the next pick: the end of the reply, or forced
-        text (appended to :attr:`pending`); returns that text."""
+        text (appended to :attr:`pending`); returns that text.
+
+        Nothing is forced while the last sampled token ended inside a UTF-8 character
+        (byte-level vocabularies split CJK characters, emoji…): llama.cpp's grammar has
+        taken those bytes, but our matcher sees text, so its forced continuation would
+        repeat them, and llama.cpp aborts on a token its grammar rejects. The next pick,
+        under llama.cpp's grammar, completes the character first.
+        """
         stats, matcher, out = self.stats, self.matcher, []
         while not stats.stop_reason:
+            inside_character = bool(self._utf8.getstate()[0])
             if matcher is not None and matcher.must_end:
                 self._end("complete")
             elif stats.tokens >= self.max_tokens:
                 self._end("max_tokens")
+            elif inside_character:
+                break
             elif closing := self._closing_tokens(self.max_tokens - stats.tokens):
                 out.append(self._append_unsampled(*closing))
                 stats.closed_at_budget = True

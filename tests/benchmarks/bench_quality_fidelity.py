@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+
 TOOLS = ("llama-perplexity", "llama-imatrix", "llama-quantize")
 
 

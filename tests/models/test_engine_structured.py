@@ -144,3 +144,38 @@ def test_cli_chat_with_a_schema_file(smollm2_gguf, tmp_path):
     assert result.returncode != 0
     assert "is not valid JSON (line 1, column 2" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+
+SPLIT_CHARACTER = r"""
+import json, sys
+import llama_cpp
+from models.engine.options import ChatOptions
+from models.structured.fast_forward import ConstrainedGenerator
+
+llm = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+first_byte = "北".encode()[:1]
+token = next(t for t in range(llm.n_vocab()) if llm.detokenize([t]) == first_byte)
+steps = ConstrainedGenerator(llm, 'root ::= "北京市!"', ChatOptions(temperature=0.0)).steps(50)
+# What pick() does with a sampled token that ends inside a character: llama.cpp's grammar
+# takes its byte, our text decoder holds it back.
+steps._sampler.accept(token)
+text = steps._utf8.decode(llm.detokenize([token]))
+steps.pending.append(token)
+held = steps.plan()  # nothing may be forced now: llama.cpp aborts on a token it rejects
+print(json.dumps({"text": text, "held": held, "pending": steps.pending, "token": token}))
+steps.close()
+"""
+
+
+def test_nothing_is_forced_while_a_character_is_split_across_tokens(smollm2_gguf):
+    """SmolLM2's byte-level vocabulary splits CJK characters and emoji into several tokens.
+    After a sampled token that ends inside a character, llama.cpp's grammar holds its bytes
+    and our matcher does not see them yet: a forced run computed then would repeat them, and
+    llama.cpp aborts the process on a token its grammar rejects (run in a subprocess here,
+    so an abort fails the test instead of killing the run)."""
+    result = subprocess.run([sys.executable, "-c", SPLIT_CHARACTER, str(smollm2_gguf)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}"
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["text"] == "" and seen["held"] == "" and seen["pending"] == [seen["token"]]
