@@ -144,7 +144,7 @@ def main() -> int:
 
     import llama_cpp
 
-    from models.engine import batching, runtime
+    from models.engine import runtime
     from models.engine.batching import BatchScheduler
     from models.engine.benchmark import bench_messages
     from models.engine.cancel_flag import CancelFlag, install_abort_hook
