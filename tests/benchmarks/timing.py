@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -52,3 +53,24 @@ def best_times(fns: Sequence[Callable[[], object]], repeats: int,
             fn()
             best[k] = min(best[k], clock() - start)
     return best
+
+
+def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float, float, float]:
+    """Median and quartiles of ``ours[k] / theirs[k]`` over runs where the two sides ran
+    back to back.
+
+    On a small VM the speed of both sides drifts together by ±20 % over seconds to minutes
+    (the host, not the programs), so the ratio of two medians taken over a whole benchmark
+    still carries that drift; the ratio within each pair cancels it, and the median of
+    those ratios is the comparison. The quartiles say how far single pairs spread."""
+    ratios = sorted(a / b for a, b in zip(ours, theirs) if b > 0)
+    if not ratios:
+        return float("nan"), float("nan"), float("nan")
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return statistics.median(ratios), quartiles[0], quartiles[2]
+
+
+def paired_ratio_text(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """``paired_ratio`` as printed by the benchmarks: "0.992 (quartiles 0.95–1.03, 16 pairs)"."""
+    median, low, high = paired_ratio(ours, theirs)
+    return f"{median:.3f} (quartiles {low:.3f}–{high:.3f}, {min(len(ours), len(theirs))} pairs)"
