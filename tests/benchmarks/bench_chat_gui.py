@@ -35,6 +35,7 @@ machine are noisy: run it alone.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import subprocess
@@ -128,6 +129,7 @@ def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
         done.set()
 
     work: list[float] = []
+    phases: list[str] = []  # what each render did: "thinking", "answer", or "first answer"
 
     def taken(parts: list[str]) -> str:
         count = len(parts)
@@ -143,11 +145,14 @@ def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
                 view.add_reasoning(reasoning)
                 if unfolded and not view._stream_unfolded:  # opened at its first token
                     view.anchorClicked.emit(QUrl(f"qd:think:{STREAMING}"))
+            phase = "thinking" if reasoning else "answer"
             if text:
                 if view.thinking:
                     view.end_reasoning(splitter.seconds)
+                    phase = "first answer"
                 view.add_text(text)  # Qt paints the change on its next update, as in the window
             work.append(time.thread_time() - begun)
+            phases.append(phase)
 
     lateness: list[float] = []
     last = [time.perf_counter()]
@@ -162,9 +167,19 @@ def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
     heartbeat.timeout.connect(beat)
     tick = QTimer(interval=TICK_MS)
     tick.timeout.connect(take)
+    collections: list[tuple[int, float]] = []  # Python's garbage collections meanwhile
+    collecting: list[float] = []
+
+    def on_collect(stage: str, info: dict) -> None:
+        if stage == "start":
+            collecting[:] = [time.perf_counter()]
+        elif collecting:
+            collections.append((info["generation"], time.perf_counter() - collecting[0]))
+
     view.begin_reply()
     view.viewport().repaint()  # on screen before the reply, as in the window
     app.processEvents()
+    gc.callbacks.append(on_collect)
     started = time.perf_counter()
     threading.Thread(target=produce, daemon=True).start()
     heartbeat.start()
@@ -173,11 +188,16 @@ def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
     elapsed = time.perf_counter() - started
     heartbeat.stop()
     tick.stop()
+    gc.callbacks.remove(on_collect)
     ordered = sorted(lateness[5:])
+    longest = max(range(len(work)), key=work.__getitem__)
     return {"tokens": len(tokens), "rate": len(tokens) / elapsed,
             "worst_ms": 1000 * ordered[-1], "p99_ms": 1000 * ordered[int(0.99 * (len(ordered) - 1))],
             "chars": len(view.streamed_text), "tick_max_ms": 1000 * max(work),
             "tick_median_ms": 1000 * statistics.median(work),
+            "tick_max_phase": phases[longest],
+            "gc_max_ms": 1000 * max((t for _g, t in collections), default=0.0),
+            "gc_count": len(collections),
             "thinking_chars": len(view.streamed_reasoning)}
 
 
@@ -325,7 +345,9 @@ def main() -> None:
             print(f"stream {stall['tokens']} scripted tokens{label} at {stall['rate']:.0f} tok/s into the "
                   f"transcript: heartbeat lateness worst {stall['worst_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms "
                   f"(goal worst <= 50 ms); GUI-thread CPU per {1000 / TICK_MS:.0f} Hz render (before its paint): "
-                  f"median {stall['tick_median_ms']:.1f} ms, longest {stall['tick_max_ms']:.1f} ms"
+                  f"median {stall['tick_median_ms']:.1f} ms, longest {stall['tick_max_ms']:.1f} ms "
+                  f"({stall['tick_max_phase']}); {stall['gc_count']} garbage collections, longest "
+                  f"{stall['gc_max_ms']:.1f} ms"
                   + (f"; {stall['thinking_chars']:,} characters of thinking" if thinking else ""), flush=True)
         if args.stall_only:
             return
