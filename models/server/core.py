@@ -498,12 +498,38 @@ class ServerCore:
 
     async def engine(self, model: ServedModel) -> PooledEngine:
         """The model's engine, loading it when needed (in a thread: loads take seconds)."""
+        return await run_blocking(self._engine_now, model)
+
+    def _engine_now(self, model: ServedModel) -> PooledEngine:
         try:
-            return await run_blocking(self.pool.get, model.path)
+            return self.pool.get(model.path)
         except QuantDeskError as exc:
             status = 400 if "would not fit" in exc.what else 500
             raise from_quantdesk_error(exc, status, code="model_load_failed",
                                        param="model") from None
+
+    def _prepare(self, model_id: Any, options: Any, messages: Optional[list],
+                 split_reasoning: bool, log_fields: dict) -> tuple:
+        """What :meth:`start` does before the reply, in one worker-thread hop (each hop
+        is a thread wake-up, which a busy machine makes a request wait for): the model,
+        its engine (loaded if needed), the options for its slot and the reasoning split."""
+        model = self.resolve(model_id)  # may rescan the library
+        log_fields["model"] = model.id
+        entry = self._engine_now(model)
+        if entry.embedding:
+            raise ApiError(400, f"{model.id} is an embedding model: it makes vectors "
+                                "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
+                                "replies. Choose a chat model.", param="model",
+                           code="embedding_model")
+        if callable(options):  # options that depend on the slot's context (max_tokens)
+            options = options(entry.context_per_slot)
+        parts = None
+        if messages is not None:
+            if options.response_format != "text" and options.thinking is None:
+                options = replace(options, thinking=False)  # the grammar leaves no room
+            elif options.response_format == "text" and split_reasoning:
+                parts = ReasoningSplitter(self._opens_reasoning(model, messages, options.thinking))
+        return model, entry, options, parts
 
     def _gate(self, entry: PooledEngine) -> SlotGate:
         gate = self._gates.get(entry.path)
@@ -527,23 +553,8 @@ class ServerCore:
         if self.stopping:
             raise ApiError(503, "The server is stopping.", code="server_stopping")
         log_fields = log_fields if log_fields is not None else {}
-        model = await run_blocking(self.resolve, model_id)  # may rescan the library
-        log_fields["model"] = model.id
-        entry = await self.engine(model)
-        if entry.embedding:
-            raise ApiError(400, f"{model.id} is an embedding model: it makes vectors "
-                                "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
-                                "replies. Choose a chat model.", param="model",
-                           code="embedding_model")
-        if callable(options):  # options that depend on the slot's context (max_tokens)
-            options = options(entry.context_per_slot)
-        parts = None
-        if messages is not None:
-            if options.response_format != "text" and options.thinking is None:
-                options = replace(options, thinking=False)  # the grammar leaves no room
-            elif options.response_format == "text" and split_reasoning:
-                parts = ReasoningSplitter(await run_blocking(
-                    self._opens_reasoning, model, messages, options.thinking))
+        model, entry, options, parts = await run_blocking(
+            self._prepare, model_id, options, messages, split_reasoning, log_fields)
         reply = self._reply(entry, options, messages, prompt)
         gate = self._gate(entry)
         await gate.acquire()
