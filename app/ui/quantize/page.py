@@ -331,6 +331,9 @@ class QuantizePage(Page):
         self._options_changed()
 
     def _options_changed(self, *_args) -> None:
+        mode = self._imatrix_mode()
+        self.types_model.set_matrix_given(
+            mode == "make" or (mode == "file" and bool(self.imatrix_edit.text().strip())))
         if self._input_path is not None:
             self._replan_timer.start()
 

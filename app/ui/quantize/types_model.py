@@ -30,6 +30,7 @@ class TypesModel(QAbstractListModel):
         self.rows: list[TypeRow] = []
         self._checked: set[str] = set()
         self._quality: dict[str, list] = {}  # type name → QualityRow of each measured file
+        self._matrix_given = False  # the job will have an importance matrix (made or a file)
 
     def set_rows(self, rows: Sequence[TypeRow]) -> None:
         self.beginResetModel()
@@ -37,6 +38,14 @@ class TypesModel(QAbstractListModel):
         self._checked &= {r.name for r in rows}
         self.endResetModel()
         self.checked_changed.emit()
+
+    def set_matrix_given(self, given: bool) -> None:
+        """Whether the job will have an importance matrix (made first, or a chosen file):
+        then a type that needs one says it will use it instead of asking for one."""
+        if given != self._matrix_given:
+            self._matrix_given = given
+            if self.rows:
+                self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1))
 
     def set_quality(self, rows: Sequence) -> None:
         """Show the measured quality of these :class:`~app.core.quality_checks.QualityRow` rows
@@ -80,7 +89,8 @@ class TypesModel(QAbstractListModel):
     def text_of(self, row: TypeRow) -> str:
         text = f"{row.text} — {fit_word(row.fit)}"
         if row.needs_imatrix:
-            text += " (needs an importance matrix)"
+            text += (" (uses the importance matrix)" if self._matrix_given
+                     else " (needs an importance matrix)")
         quality = self.quality_text(row.name)
         if quality:
             text += f" · {quality}"

@@ -58,6 +58,25 @@ def test_dropped_hf_folder_opens_quantize_with_exact_sizes(qtbot, window, tiny_h
     assert not page.start_button.isEnabled()
 
 
+def test_q2_k_s_says_whether_its_importance_matrix_will_be_there(qtbot, window, tiny_hf, tmp_path):
+    from app.core.quantize_queue import TypeRow
+
+    page = _drop_and_plan(qtbot, window, tiny_hf / "model.safetensors")
+    # This model's matrices are too small for Q2_K; a real model's Q2_K_S row, as planned:
+    page.types_model.set_rows([TypeRow("Q4_K_M", 4_000_000, 4.89, False, "fits"),
+                               TypeRow("Q2_K_S", 2_000_000, 2.97, True, "fits")])
+    asking, using = "(needs an importance matrix)", "(uses the importance matrix)"
+    assert asking in _type_rows(page)["Q2_K_S"] and asking not in _type_rows(page)["Q4_K_M"]
+    for mode, edit_text, expected in (("make", "", using), ("file", "", asking),
+                                      ("file", str(tmp_path / "m.imatrix.gguf"), using),
+                                      ("none", "", asking)):
+        page.imatrix_edit.setText(edit_text)
+        page.imatrix_mode_combo.setCurrentIndex(page.imatrix_mode_combo.findData(mode))
+        page.imatrix_edit.editingFinished.emit()
+        assert expected in _type_rows(page)["Q2_K_S"], (mode, edit_text)
+        assert "importance matrix" not in _type_rows(page)["Q4_K_M"]
+
+
 def test_q4_k_m_and_q8_0_from_the_page_equal_the_cli(qtbot, window, tiny_hf, tmp_path):
     from app.cli import main
     from models.library import Library
