@@ -148,6 +148,7 @@ def saved_load_settings() -> dict:
 
 def fit_settings_from(load_settings: Optional[dict]):
     """:class:`~models.memory_fit.FitSettings` from the saved default load settings."""
+    from models.engine.fallback import extra_bufts_for
     from models.memory_fit import KV_TYPES, FitSettings
 
     values = dict(load_settings or {})
@@ -160,7 +161,7 @@ def fit_settings_from(load_settings: Optional[dict]):
         n_ubatch=int(values.get("micro_batch_size") or 512),
         flash_attn=bool(values["flash_attention"]) if "flash_attention" in values else None,
         use_mmap=bool(values.get("use_mmap", True)),
-        use_extra_bufts=bool(values.get("use_extra_bufts", True)),
+        use_extra_bufts=extra_bufts_for(bool(values.get("use_extra_bufts", True))),
     )
 
 

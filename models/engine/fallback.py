@@ -59,6 +59,12 @@ def needs_safe_kernels(paths: Optional[AppPaths] = None) -> bool:
     return isinstance(record, dict) and record.get("use_extra_bufts") is False
 
 
+def extra_bufts_for(requested: bool, paths: Optional[AppPaths] = None) -> bool:
+    """The ``use_extra_bufts`` a load of these settings really gets: off where this
+    computer has the record, so a memory prediction made before loading matches the load."""
+    return requested and not needs_safe_kernels(paths)
+
+
 def remember_safe_kernels(reason: str, paths: Optional[AppPaths] = None) -> Path:
     """Record that this computer must load models with ``use_extra_bufts=False``."""
     path = fallback_file(paths)

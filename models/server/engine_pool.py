@@ -89,6 +89,7 @@ class PooledEngine:
 
 def _fit(path: Path, settings: Any, slots: int):
     """memory_fit's verdict for ``settings`` with ``slots`` contexts of its length."""
+    from models.engine.fallback import extra_bufts_for
     from models.memory_fit import FitSettings, fit_on_this_machine, free_memory
 
     ram, vram = free_memory()
@@ -109,7 +110,7 @@ def _fit(path: Path, settings: Any, slots: int):
         n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,
         n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention,
         cpu_moe_layers=settings.cpu_moe_layers, use_mmap=settings.use_mmap,
-        use_extra_bufts=settings.use_extra_bufts))
+        use_extra_bufts=extra_bufts_for(settings.use_extra_bufts)))
 
 
 def _is_embedding_model(path: Path) -> bool:

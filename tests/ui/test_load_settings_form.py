@@ -166,3 +166,44 @@ def test_defaults_mode_offers_the_experts_slider_for_moe_models(qtbot):
     assert "dense models ignore this" in form.cpu_moe.toolTip()
     form.cpu_moe.setValue(12)
     assert form.settings().cpu_moe_layers == 12 and form.cpu_moe_value.text() == "12"
+
+
+def test_the_verdict_leaves_out_repacked_copies_where_this_computer_needs_the_safe_kernels(
+        qtbot, tmp_path):
+    """Where a load once crashed in the self-test with the extra buffer types, every later
+    load goes without them (models/engine/fallback.py): the verdict predicts that load."""
+    import re
+
+    import pytest
+
+    from models.gguf_header import read_gguf_header
+    from models.memory_fit import FitSettings, predict_memory
+    from models.weight_buffers import REPACK, this_cpu_backend
+    from quantize.convert import convert
+    from quantize.ftypes import FILE_TYPES
+    from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
+    from tests.factory.checkpoints import write_tiny_checkpoint
+
+    if REPACK not in this_cpu_backend().extra_buffers or "AVX2" not in this_cpu_backend().features:
+        pytest.skip("this CPU backend repacks no Q4_0 weights")
+    ck = write_tiny_checkpoint(tmp_path / "tiny-llama", arch="llama", config_overrides={
+        "hidden_size": 1024, "intermediate_size": 2048, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 4})  # copies of a few MiB show
+    target = QuantizeTarget(FILE_TYPES["Q4_0"], tmp_path / "tiny-Q4_0.gguf")
+    quantize_model(convert(ck.path, tmp_path / "tiny-F16.gguf", "f16"), [target], QuantizeOptions(pure=True))
+    header = read_gguf_header(target.path)
+
+    def ram_mib(safe_kernels: bool) -> int:
+        form = LoadSettingsForm()
+        qtbot.addWidget(form)
+        form.set_settings(LoadSettings(context_length=256))
+        form.set_machine(header, 8 << 30, None, safe_kernels=safe_kernels)
+        return int(re.search(r"RAM (\d+) MiB", form.verdict.text()).group(1))
+
+    def predicted_mib(use_extra_bufts: bool) -> int:
+        return round(predict_memory(header, FitSettings(n_ctx=256, use_extra_bufts=use_extra_bufts)).ram
+                     / 2**20)
+
+    assert predicted_mib(True) - predicted_mib(False) >= 4  # the Q4_0 matrices' repacked copies
+    assert ram_mib(safe_kernels=False) == predicted_mib(True)
+    assert ram_mib(safe_kernels=True) == predicted_mib(False)

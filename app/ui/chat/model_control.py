@@ -207,9 +207,10 @@ class ModelControl:
 
 
 def _machine_facts(path: Path):
-    """The model's header and this machine's free RAM/VRAM (disk and device queries,
-    so run off the GUI thread)."""
+    """The model's header, this machine's free RAM/VRAM and whether it needs the safe CPU
+    kernels (disk and device queries, so run off the GUI thread)."""
+    from models.engine.fallback import needs_safe_kernels
     from models.memory_fit import free_memory
     from models.gguf_header import read_gguf_header
 
-    return (read_gguf_header(path), *free_memory())
+    return (read_gguf_header(path), *free_memory(), needs_safe_kernels())

@@ -130,6 +130,7 @@ class LoadSettingsForm(QWidget):
         self._wanted_cpu_moe = 0  # expert layers kept on the CPU; ALL_LAYERS: every one
         self._wanted_context = DEFAULT_CONTEXT  # 0: the model's own
         self._ram: int = 0
+        self._safe_kernels = False  # this computer loads without the extra buffer types
         self._vram: Optional[int] = None
         self._machine_known = False  # set_machine has said whether there is a GPU
         self.gpu_layers.valueChanged.connect(self._gpu_layers_moved)
@@ -161,10 +162,14 @@ class LoadSettingsForm(QWidget):
 
     # -- what the form is given ------------------------------------------------------
 
-    def set_machine(self, header, ram_available: int, vram_available: Optional[int]) -> None:
-        """The chosen model's GGUF header (``None`` in defaults mode) and this machine's
-        free memory (:func:`models.memory_fit.free_memory`)."""
+    def set_machine(self, header, ram_available: int, vram_available: Optional[int],
+                    safe_kernels: bool = False) -> None:
+        """The chosen model's GGUF header (``None`` in defaults mode), this machine's free
+        memory (:func:`models.memory_fit.free_memory`) and whether it loads with the safe
+        CPU kernels (:func:`models.engine.fallback.needs_safe_kernels`: no repacked weight
+        copies, whatever the settings say)."""
         self._header, self._ram, self._vram = header, ram_available, vram_available
+        self._safe_kernels = safe_kernels
         self._machine_known = True
         self._layers = int(header.arch_value("block_count", 0)) if header is not None else 0
         self._trained = int(header.arch_value("context_length", 0) or 0) if header is not None else 0
@@ -444,7 +449,7 @@ class LoadSettingsForm(QWidget):
                 n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
                 n_gpu_layers=gpu, n_batch=s.batch_size, n_ubatch=s.micro_batch_size,
                 flash_attn=s.flash_attention, cpu_moe_layers=s.cpu_moe_layers if self._is_moe() else 0,
-                use_mmap=s.use_mmap, use_extra_bufts=s.use_extra_bufts))
+                use_mmap=s.use_mmap, use_extra_bufts=s.use_extra_bufts and not self._safe_kernels))
         except Exception as exc:  # a header memory_fit cannot read: say so, keep going
             self.verdict.setText(f"Memory use cannot be predicted for this model ({exc}).")
             return
