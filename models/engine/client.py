@@ -636,7 +636,15 @@ class EngineClient:
                 if event is _CRASHED:
                     raise self._crashed("chat", reply.text, engine=engine)
                 self._raise_error(event)
+                tail = event.get("text", "")  # the reply's last text comes with its end
+                if "logprobs" in event:
+                    reply.logprobs.extend(event["logprobs"])
+                if tail and reply.first_delta_at is None:
+                    reply.first_delta_at = time.perf_counter()
+                reply.text += tail
                 reply.stats = self.last_chat = ChatStats(**event["stats"])
+                if tail:
+                    yield tail
                 return
         finally:
             reply._lane = None
