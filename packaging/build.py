@@ -86,7 +86,14 @@ def llama_wheel(python: Path, cmake: list[str]) -> Path:
         step(f"Using the cached llama-cpp-python wheel {wheels[-1]}")
         return wheels[-1]
     step(f"Compiling {LLAMA_CPP_PYTHON} (several minutes); CMAKE_ARGS={' '.join(cmake)}")
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QuantDeskError(
+            f"The llama-cpp-python wheel cache {cache.parent} has no wheel for these options "
+            f"and this user cannot add one ({exc.strerror}).",
+            "Point QUANTDESK_WHEEL_CACHE at a folder you can write to, or leave it unset "
+            "(the wheel is then kept in build/wheels).") from None
     env = dict(os.environ, CMAKE_ARGS=" ".join(cmake))
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     started = time.monotonic()

@@ -14,7 +14,8 @@
 #      PATH=/usr/local/bin:/usr/bin:/bin, HOME, USER and LANG only — the build makes its own
 #      build/venv and compiles llama-cpp-python (about 6 minutes on a quiet 2-core machine,
 #      much longer on a busy one; QUANTDESK_WHEEL_CACHE=DIR, readable by the user, reuses a
-#      wheel compiled before with the same options);
+#      wheel compiled before with the same options — and must be writable by the user
+#      when it has no wheel for this build's options: build.py says so if not);
 #   4. runs packaging/smoke_test.sh --no-build on that clone's dist/ (as root: it needs
 #      debootstrap and chroot), with this checkout's development .venv (DEV_PYTHON) for its
 #      helpers and its artifacts in this checkout's tests/artifacts.

@@ -97,3 +97,16 @@ def test_every_build_has_the_rpc_backend_and_its_wheel_key_differs(monkeypatch):
     args = llama_cmake_args.cmake_args("cpu")
     without_rpc = [a for a in args if a != "-DGGML_RPC=ON"]
     assert llama_cmake_args.wheel_key(args) != llama_cmake_args.wheel_key(without_rpc)
+
+
+def test_a_wheel_cache_the_user_cannot_write_is_a_sentence(monkeypatch, tmp_path):
+    from app.core.errors import QuantDeskError
+
+    build = _load("build")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a folder cannot be made under a file, whoever the user is
+    monkeypatch.setenv("QUANTDESK_WHEEL_CACHE", str(blocker / "wheels"))
+    with pytest.raises(QuantDeskError) as caught:
+        build.llama_wheel(Path(sys.executable), ["-DGGML_NATIVE=OFF"])
+    assert "cannot add one" in caught.value.user_message
+    assert "QUANTDESK_WHEEL_CACHE" in caught.value.user_message
