@@ -6,7 +6,10 @@ can give); needs the ``conformance`` extra (``pip install langchain-openai
 langchain-tests``). Run::
 
     nice -n 15 python -m pytest tests/benchmarks/conformance_langchain.py \\
-        -o asyncio_mode=auto -q -rA --tb=line
+        -o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function -q -rA --tb=line
+
+(pytest-asyncio, from the same extra, runs langchain-tests' async tests; the project's own
+tests are synchronous, so the suite's configuration does not name its options.)
 
 Two classes run the same suite: one over Chat Completions, one over the Responses API
 (``use_responses_api=True``). The server is the real one (this process, a free port) with
