@@ -490,7 +490,7 @@ class EngineClient:
 
     def _load_with_fallback(self, info: GGUFModelInfo, settings: LoadSettings,
                             progress: Optional[ProgressCallback] = None) -> LoadReport:
-        if settings.use_extra_bufts and not fallback.extra_bufts_for(True):
+        if settings.use_extra_bufts and fallback.needs_safe_kernels():
             log.info("engine: loading with use_extra_bufts=False, as recorded for this computer")
             settings = replace(settings, use_extra_bufts=False)
         self._open_remote(settings)
