@@ -34,8 +34,11 @@ Exclusive requests. Speculative decoding drives the model through
 such a request waits until the running replies end and then has the engine to itself on
 slot 0. Later requests wait behind it, so arrival order holds.
 
-Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply (the first at once), and
-what is left at the end goes with the ``done`` event. Every message wakes threads in the
+Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply, and what is left at the
+end goes with the ``done`` event. Until a reply's first visible text has gone out, each
+token's text is sent at once: a reply that opens with a newline or ``<think>`` (which the
+server's dialects drop or turn into a thinking block) still shows its first word as soon as
+it is picked, which is the time to first token a client measures. Every message wakes threads in the
 client's process (its pipe reader, then whoever consumes the reply), and while llama.cpp
 keeps every core busy each wake-up preempts one of its threads, which the others then wait
 for: fewer messages are a few per cent more decode speed on a small model, and more with
@@ -57,7 +60,7 @@ from app.core.errors import QuantDeskError
 from models.engine.cancel_flag import lane_cancelled, take_abort
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
-from models.engine.reasoning import ReasoningSplitter, prompt_opens_reasoning
+from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 
@@ -106,7 +109,7 @@ class Reply:
         self.out_text: list[str] = []
         self.out_logprobs: list[dict] = []
         self.last_flush = 0.0
-        self.flushed_once = False
+        self.shown = False  # a delta with visible text has been sent
         # Counts the thinking tokens of a reasoning model; dropped once the answer starts.
         self.reasoning: Optional[ReasoningSplitter] = ReasoningSplitter(opened=opens_reasoning)
         # Structured output: the grammar's steps, and the whole reply for the validation.
@@ -200,14 +203,16 @@ class BatchScheduler:
         if not reply.out_text and not reply.out_logprobs:
             return
         now = time.perf_counter()
-        if reply.flushed_once and now - reply.last_flush < FLUSH_SECONDS:
+        if reply.shown and now - reply.last_flush < FLUSH_SECONDS:
             return
-        event = {"event": "delta", "id": reply.id, "text": "".join(reply.out_text)}
+        text = "".join(reply.out_text)
+        event = {"event": "delta", "id": reply.id, "text": text}
         if reply.out_logprobs:
             event["logprobs"] = reply.out_logprobs
             reply.out_logprobs = []
         reply.out_text = []
-        reply.last_flush, reply.flushed_once = now, True
+        reply.last_flush = now
+        reply.shown = reply.shown or bool(text.replace(OPEN_TAG, "").strip())
         self.send(event)
 
     def _finish(self, reply: Reply, reason: str) -> None:
