@@ -22,6 +22,7 @@ worker goes away, so only this side can say it).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -32,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
 from app.core.errors import QuantDeskError
 from app.core.jobs import Progress, ProgressCallback
@@ -169,6 +170,11 @@ class ChatReply:
     def __iter__(self) -> Iterator[str]:
         return self._client._stream(self)
 
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The deltas for ``async for`` on an event loop, which the engine's reader thread
+        wakes directly (no thread per reply); otherwise as iterating."""
+        return self._client._astream(self)
+
     def wait(self, on_delta: Optional[Callable[[str], None]] = None) -> "ChatReply":
         """Consume the whole reply, calling ``on_delta`` for each piece; return ``self``."""
         for delta in self:
@@ -178,6 +184,96 @@ class ChatReply:
 
 
 _CRASHED = {"event": "_crashed"}  # put in every waiting queue when the engine process dies
+
+
+class _LoopInbox:
+    """Where the engine's reader thread puts a reply's events for an asyncio reader: each
+    goes straight to the event loop, with no thread of the reply's own in between."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._events: asyncio.Queue = asyncio.Queue()
+
+    def put(self, event: dict) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+        except RuntimeError:
+            pass  # the loop is closed: nobody reads the reply any more
+
+    async def get(self) -> dict:
+        return await self._events.get()
+
+
+class _ReplyStream:
+    """One reply's exchange with the engine process, for both ways of reading it
+    (:meth:`EngineClient._stream` in a thread, :meth:`EngineClient._astream` on an event
+    loop): made, it has sent the request; :meth:`take` turns each event of ``inbox``
+    into the text to hand on; :meth:`close` (always, at the end) frees the lane, or
+    cancels the reply when its reader left before the end."""
+
+    def __init__(self, client: "EngineClient", reply: ChatReply, inbox: Any) -> None:
+        self.client, self.reply, self.inbox = client, reply, inbox
+        self.ended = False
+        self.engine = engine = client._ensure_model()
+        self.lane = lane = client._take_lane()
+        self.request_id = next(client._ids)
+        engine.register(self.request_id, inbox)
+        reply._lane = lane
+        if reply.cancel_requested:
+            client._cancel.set(lane)
+        reply.started = time.perf_counter()
+        try:
+            engine.send({"op": "chat", "id": self.request_id, "lane": lane,
+                         "messages": reply._messages, "prompt": reply._prompt,
+                         "options": reply._options.to_dict(),
+                         "conversation_id": reply.conversation_id,
+                         "session_cap_bytes": client.session_cap_bytes})
+        except (BrokenPipeError, OSError):
+            self.ended = True
+            self.close()
+            raise client._crashed("chat", engine=engine) from None
+
+    def take(self, event: dict) -> str:
+        """Apply one event to the reply; return its new text ("" for none).
+
+        Raises:
+            EngineCrashed: The engine process died.
+            QuantDeskError: The engine refused or failed the request.
+        """
+        reply = self.reply
+        if event["event"] == "delta":
+            if reply.first_delta_at is None:
+                reply.first_delta_at = time.perf_counter()
+            if "logprobs" in event:
+                reply.logprobs.extend(event["logprobs"])
+            reply.text += event["text"]
+            return event["text"]
+        self.ended = True
+        if event is _CRASHED:
+            raise self.client._crashed("chat", reply.text, engine=self.engine)
+        self.client._raise_error(event)
+        tail = event.get("text", "")  # the reply's last text comes with its end
+        if "logprobs" in event:
+            reply.logprobs.extend(event["logprobs"])
+        if tail and reply.first_delta_at is None:
+            reply.first_delta_at = time.perf_counter()
+        reply.text += tail
+        reply.stats = self.client.last_chat = ChatStats(**event["stats"])
+        return tail
+
+    def close(self) -> None:
+        """The reader is done: free the lane, or stop a reply it left before its end
+        (its lane is freed when the engine ends it)."""
+        if self.lane is None:
+            return
+        lane, self.lane = self.lane, None
+        self.reply._lane = None
+        if self.ended:
+            self.engine.forget(self.request_id)
+            self.client._free_lane(lane)
+        else:
+            self.client._cancel.set(lane)
+            self.engine.forget(self.request_id, lane)
 
 
 class _EngineProcess:
@@ -197,7 +293,7 @@ class _EngineProcess:
         child_end.close()  # so that the child's death closes the pipe for us
         self.conn = parent_end
         self.control: "queue.Queue[dict]" = queue.Queue()
-        self.requests: dict[int, "queue.Queue[dict]"] = {}
+        self.requests: dict[int, Any] = {}  # request id -> where its events go
         self.abandoned: dict[int, int] = {}  # request id -> lane, freed at its final event
         self.free_lane: Callable[[int], None] = lambda lane: None
         self.dead = False
@@ -217,8 +313,10 @@ class _EngineProcess:
         with self._send:
             self.conn.send(request)
 
-    def register(self, request_id: int) -> "queue.Queue[dict]":
-        events: "queue.Queue[dict]" = queue.Queue()
+    def register(self, request_id: int, events: Any = None) -> Any:
+        """Route the events of ``request_id`` to ``events`` (anything with ``put``; a new
+        queue by default), which is returned."""
+        events = queue.Queue() if events is None else events
         with self._routes:
             if self.dead:
                 events.put(_CRASHED)
@@ -601,59 +699,37 @@ class EngineClient:
                          None if conversation_id is None else str(conversation_id), prompt)
 
     def _stream(self, reply: ChatReply) -> Iterator[str]:
-        engine = self._ensure_model()
-        lane = self._take_lane()
-        request_id = next(self._ids)
-        events = engine.register(request_id)
-        reply._lane = lane
-        if reply.cancel_requested:
-            self._cancel.set(lane)
-        reply.started = time.perf_counter()
-        finished = False
+        stream = _ReplyStream(self, reply, queue.Queue())
         try:
-            try:
-                engine.send({"op": "chat", "id": request_id, "lane": lane,
-                             "messages": reply._messages, "prompt": reply._prompt,
-                             "options": reply._options.to_dict(),
-                             "conversation_id": reply.conversation_id,
-                             "session_cap_bytes": self.session_cap_bytes})
-            except (BrokenPipeError, OSError):
-                finished = True
-                raise self._crashed("chat", engine=engine) from None
-            while True:
-                event = events.get()
-                kind = event["event"]
-                if kind == "delta":
-                    if reply.first_delta_at is None:
-                        reply.first_delta_at = time.perf_counter()
-                    if "logprobs" in event:
-                        reply.logprobs.extend(event["logprobs"])
-                    reply.text += event["text"]
-                    if event["text"]:
-                        yield event["text"]
-                    continue
-                finished = True
-                if event is _CRASHED:
-                    raise self._crashed("chat", reply.text, engine=engine)
-                self._raise_error(event)
-                tail = event.get("text", "")  # the reply's last text comes with its end
-                if "logprobs" in event:
-                    reply.logprobs.extend(event["logprobs"])
-                if tail and reply.first_delta_at is None:
-                    reply.first_delta_at = time.perf_counter()
-                reply.text += tail
-                reply.stats = self.last_chat = ChatStats(**event["stats"])
-                if tail:
-                    yield tail
-                return
+            while not stream.ended:
+                text = stream.take(stream.inbox.get())
+                if text:
+                    yield text
         finally:
-            reply._lane = None
-            if finished:
-                engine.forget(request_id)
-                self._free_lane(lane)
-            else:  # the caller left early: stop the reply; its lane is freed when it ends
-                self._cancel.set(lane)
-                engine.forget(request_id, lane)
+            stream.close()
+
+    async def _astream(self, reply: ChatReply) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        inbox = _LoopInbox(loop)
+        # Starting may load the model again (after a crash) or wait for a lane: not on
+        # the loop. A stream started after its reader left is closed (so cancelled) at once.
+        starting = loop.run_in_executor(None, _ReplyStream, self, reply, inbox)
+        try:
+            stream = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(
+                lambda done: done.cancelled() or done.exception() or done.result().close())
+            raise
+        try:
+            while not stream.ended:
+                event = await inbox.get()
+                # A crash raises, and saying why may ask remote workers: not on the loop.
+                text = await loop.run_in_executor(None, stream.take, event) \
+                    if event is _CRASHED else stream.take(event)
+                if text:
+                    yield text
+        finally:
+            stream.close()
 
     def cancel(self) -> None:
         """Stop every reply being generated (if any); llama.cpp stops mid-computation."""

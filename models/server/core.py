@@ -11,9 +11,8 @@ for every dialect:
 - **queue** — each model has as many slots as its engine decodes together; more requests
   wait in arrival order (:class:`SlotGate`), and past ``queue_limit`` waiting ones the
   answer is 429 with ``Retry-After``;
-- **starting** — the engine's reply is iterated in a thread of its own (one per request,
-  as the engine allows) that hands its deltas to the event loop (:class:`ReplyPump`);
-  :meth:`ServerCore.start` returns only once the first event is in, so a refusal (a
+- **starting** — the engine's reply is read on the event loop, its events queued for the
+  request (:class:`ReplyPump`: no thread per request); :meth:`ServerCore.start` returns only once the first event is in, so a refusal (a
   prompt longer than the slot's context, an engine error) is still an HTTP error and
   never a broken stream;
 - **cancellation** — a client that goes away cancels its reply (``reply.cancel()``), and
@@ -34,7 +33,6 @@ import asyncio
 import collections
 import json
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -187,49 +185,47 @@ class Event:
 
 
 class ReplyPump:
-    """Iterates an engine reply in its own thread and hands events to the event loop."""
+    """Reads an engine reply on the event loop and queues its events for the request.
+
+    ``async for`` on the reply: the engine client's reader thread hands each engine event
+    straight to the loop (:meth:`~models.engine.client.ChatReply.__aiter__`), with no
+    thread per request. With llama.cpp keeping every core busy, each thread woken per
+    delta preempts one of its threads, so the hop this saves is decode speed.
+    """
 
     def __init__(self, reply: Any) -> None:
         self.reply = reply
-        self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.finished = False
-        self.stopped = asyncio.Event()  # set on the loop once the thread is done
-        self.thread = threading.Thread(target=self._run, name="quantdesk-server-reply",
-                                       daemon=True)
+        self.stopped = asyncio.Event()  # set once the engine has ended the reply
+        self.task: Optional[asyncio.Future] = None
 
     def start(self) -> None:
-        self.thread.start()
+        self.task = asyncio.ensure_future(self._run())
 
-    def _put(self, item: Any) -> None:
-        self._call(self.queue.put_nowait, item)
-
-    def _call(self, function: Callable[..., Any], *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(function, *args)
-        except RuntimeError:
-            pass  # the server's loop is closed: nobody is listening any more
-
-    def _run(self) -> None:
+    async def _run(self) -> None:
         from models.engine.client import EngineCrashed
 
-        reply, seen = self.reply, 0
+        reply, seen, put = self.reply, 0, self.queue.put_nowait
         try:
-            for text in reply:
+            async for text in reply:
                 logprobs = reply.logprobs
                 fresh, seen = tuple(logprobs[seen:]), len(logprobs)
-                self._put(Event("delta", text, fresh))
-            self._put(Event("done", stats=reply.stats))
+                put(Event("delta", text, fresh))
+            put(Event("done", stats=reply.stats))
         except EngineCrashed as exc:
-            self._put(ApiError(500, exc.user_message, code="engine_crashed"))
+            put(ApiError(500, exc.user_message, code="engine_crashed"))
         except QuantDeskError as exc:
-            self._put(from_quantdesk_error(exc))
+            put(from_quantdesk_error(exc))
+        except asyncio.CancelledError:  # the loop is shutting down
+            put(ApiError(503, "The server is stopping.", code="server_stopping"))
+            raise
         except Exception:
             log.exception("server: the engine reply failed")
-            self._put(internal_error())
+            put(internal_error())
         finally:
             self.finished = True
-            self._call(self.stopped.set)
+            self.stopped.set()
 
     async def next(self) -> Event:
         """The next event; raises the :class:`ApiError` that ended the reply."""

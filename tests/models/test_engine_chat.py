@@ -7,6 +7,7 @@ token level and must produce the very same reply.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -121,6 +122,33 @@ def test_leaving_the_loop_early_cancels_and_keeps_the_engine_usable(smollm2_engi
         break
     again = smollm2_engine.chat(QUESTION, ChatOptions(temperature=0.0, max_tokens=12)).wait()
     assert "Paris" in again.text
+
+
+def test_async_for_streams_the_same_reply_and_leaving_early_cancels(smollm2_engine):
+    """``async for`` (the API server's way: no thread per reply) gives what iterating
+    gives; an event loop that leaves a reply early stops it, and the engine goes on."""
+    options = ChatOptions(temperature=0.0, max_tokens=16)
+
+    async def read() -> tuple[list[str], object]:
+        reply = smollm2_engine.chat(QUESTION, options)
+        return [delta async for delta in reply], reply
+
+    deltas, reply = asyncio.run(read())
+    assert deltas and "".join(deltas) == reply.text
+    assert reply.stats.completion_tokens > 0 and reply.stop_reason in ("stop", "length")
+    assert smollm2_engine.chat(QUESTION, options).wait().text == reply.text
+
+    async def leave() -> None:
+        long = smollm2_engine.chat(QUESTION, ChatOptions(max_tokens=900, ignore_eos=True))
+        async for _ in long:
+            break  # the loop closes the abandoned reply when it ends
+
+    asyncio.run(leave())
+    again = smollm2_engine.chat(QUESTION, options).wait()
+    assert again.text == reply.text
+    # Left running, the 900 tokens would hold the slot for seconds (at 150 tok/s, 6 s).
+    waited = again.first_delta_at - again.started
+    assert waited < 2 * PROMPT_CANCEL_S, f"the next reply waited {waited:.1f} s"
 
 
 def test_stop_strings_and_max_tokens(smollm2_engine):
