@@ -12,9 +12,9 @@ for every dialect:
   wait in arrival order (:class:`SlotGate`), and past ``queue_limit`` waiting ones the
   answer is 429 with ``Retry-After``;
 - **starting** — the engine's reply is read on the event loop, its events queued for the
-  request (:class:`ReplyPump`: no thread per request); :meth:`ServerCore.start` returns only once the first event is in, so a refusal (a
-  prompt longer than the slot's context, an engine error) is still an HTTP error and
-  never a broken stream;
+  request (:class:`ReplyPump`: no thread per request); :meth:`ServerCore.start` returns
+  only once the first event is in, so a refusal (a prompt longer than the slot's
+  context, an engine error) is still an HTTP error and never a broken stream;
 - **cancellation** — a client that goes away cancels its reply (``reply.cancel()``), and
   the slot is free when the engine stops;
 - **reasoning** — a chat reply in free text is split into reasoning (``<think>…</think>``)
