@@ -20,7 +20,8 @@ over a pipe; this measures what that costs against two references, on the same G
 
 Each run processes a different rendered prompt of about 300 tokens (nothing reused) and
 generates 128 tokens greedily without stopping at EOS. The three take turns within every
-run (engine, raw, llama-bench), so load from other processes hits all alike; medians
+run (engine, raw, llama-bench; every other run the other way round, and the decode ratio
+is also printed for each order), so load from other processes hits all alike; medians
 over ``--runs`` (15) are printed, and the engine's speeds as ratios: of the medians, and
 the median of the ratios within each run (``timing.paired_ratio``), which cancels the
 VM's drift of ±20 % from minute to minute (goal: that decode ratio ≥ 0.97 of
@@ -195,17 +196,31 @@ def main() -> int:
             prompt = render_chat(info.chat_template, messages, bos_token=bos)
             tokens = raw.tokenize(prompt.encode(), add_bos=add_bos and not prompt.startswith(bos)
                                   if bos else add_bos, special=True)
-            p, d, c = engine_run(client, messages)
-            results["eng_p"].append(p), results["eng_d"].append(d), results["eng_c"].append(c)
-            line = (f"run {run + 1}: prompt {len(tokens)} tokens; engine prefill {p:.1f} "
-                    f"decode {d:.1f} (client {c:.1f})")
-            p, d = raw_run(raw, tokens)
-            results["raw_p"].append(p), results["raw_d"].append(d)
-            line += f"; raw prefill {p:.1f} decode {d:.1f}"
-            if tools is not None:
+            parts: dict[str, str] = {}
+
+            def run_engine() -> None:
+                p, d, c = engine_run(client, messages)
+                results["eng_p"].append(p), results["eng_d"].append(d), results["eng_c"].append(c)
+                parts["engine"] = f"engine prefill {p:.1f} decode {d:.1f} (client {c:.1f})"
+
+            def run_raw() -> None:
+                p, d = raw_run(raw, tokens)
+                results["raw_p"].append(p), results["raw_d"].append(d)
+                parts["raw"] = f"raw prefill {p:.1f} decode {d:.1f}"
+
+            def run_llama_bench() -> None:
                 p, d = llama_bench_run(tools, args.model, len(tokens), threads, fa)
                 results["lb_p"].append(p), results["lb_d"].append(d)
-                line += f"; llama-bench prefill {p:.1f} decode {d:.1f}"
+                parts["llama-bench"] = f"llama-bench prefill {p:.1f} decode {d:.1f}"
+
+            sides = [run_engine, run_raw] + ([run_llama_bench] if tools is not None else [])
+            # Every other run in the opposite order, so that whatever the side before
+            # leaves behind (a process just ended, a VM's spent CPU credit) falls on each.
+            for side in sides if run % 2 == 0 else sides[::-1]:
+                side()
+            line = f"run {run + 1} ({'engine' if run % 2 == 0 else 'references'} first): " \
+                   f"prompt {len(tokens)} tokens; " + "; ".join(
+                       parts[name] for name in ("engine", "raw", "llama-bench") if name in parts)
             print(line + " tok/s", flush=True)
         cancels = {"reply": [], "prompt": []}
         if args.cancels:
@@ -232,6 +247,10 @@ def main() -> int:
                   f"{paired_ratio_text(results['eng_p'], results[p])}; decode "
                   f"{paired_ratio_text(results['eng_d'], results[d])} (inside), client side "
                   f"{paired_ratio_text(results['eng_c'], results[d])}")
+    if "lb_d" in med and args.runs >= 4:
+        for start, order in ((0, "engine first"), (1, "llama-bench first")):
+            print(f"engine / llama-bench decode, runs with the {order}: "
+                  f"{paired_ratio_text(results['eng_d'][start::2], results['lb_d'][start::2])}")
     print("goal: engine decode >= 0.97 of llama-bench's (the median of the ratios within runs)")
     step_ms, batch_ms = 1000 / med["eng_d"], 1000 * BATCH / med["eng_p"]
     for place, saved in (("reply", f"one decode step here: {step_ms:.0f} ms"),
