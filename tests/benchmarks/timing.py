@@ -66,7 +66,11 @@ def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float,
     ratios = sorted(a / b for a, b in zip(ours, theirs) if b > 0)
     if not ratios:
         return float("nan"), float("nan"), float("nan")
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    if len(ratios) == 1:
+        return ratios[0], ratios[0], ratios[0]
+    # Fewer than 4 pairs: the default (exclusive) method would extrapolate past the data.
+    method = "exclusive" if len(ratios) >= 4 else "inclusive"
+    quartiles = statistics.quantiles(ratios, n=4, method=method)
     return statistics.median(ratios), quartiles[0], quartiles[2]
 
 
