@@ -38,11 +38,12 @@ Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply, and what is le
 end goes with the ``done`` event. Until a reply's first visible text has gone out, each
 token's text is sent at once: a reply that opens with a newline or ``<think>`` (which the
 server's dialects drop or turn into a thinking block) still shows its first word as soon as
-it is picked, which is the time to first token a client measures. Every message wakes threads in the
-client's process (its pipe reader, then whoever consumes the reply), and while llama.cpp
-keeps every core busy each wake-up preempts one of its threads, which the others then wait
-for: fewer messages are a few per cent more decode speed on a small model, and more with
-several replies at once. 20 a second is as often as the Chat page renders.
+it is picked, which is the time to first token a client measures. Every message wakes
+threads in the client's process (its pipe reader, then whoever consumes the reply), and
+while llama.cpp keeps every core busy each wake-up preempts one of its threads, which the
+others then wait for: fewer messages are a few per cent more decode speed on a small
+model, and more with several replies at once. 20 a second is as often as the Chat page
+renders.
 """
 
 from __future__ import annotations

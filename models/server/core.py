@@ -198,7 +198,7 @@ class ReplyPump:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.finished = False
         self.stopped = asyncio.Event()  # set once the engine has ended the reply
-        self.task: Optional[asyncio.Future] = None
+        self.task: Optional[asyncio.Future] = None  # held: the loop keeps tasks weakly
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(self._run())
