@@ -35,9 +35,10 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.benchmarks.bench_engine import GENERATE, raw_run  # noqa: E402
 from tests.benchmarks.timing import paired_ratio_text  # noqa: E402
 
-THREADS, CONTEXT, BATCH, GENERATE, DEPTH = 2, 512, 512, 128, 316
+THREADS, CONTEXT, BATCH, DEPTH = 2, 512, 512, 316
 
 
 def make_llama(path: str):
@@ -49,16 +50,9 @@ def make_llama(path: str):
 
 
 def generate_rate(llm, run: int) -> float:
-    """``Llama.generate``'s decode tok/s: the tokens after the first over their time."""
+    """``Llama.generate``'s decode tok/s (``bench_engine.raw_run``) after a prompt of its own."""
     prompt = llm.tokenize(f"Run {run}. ".encode() + b"The quick brown fox jumps. " * 45)
-    llm.reset()
-    first = time.perf_counter()
-    for index, _token in enumerate(llm.generate(prompt, temp=0.0, reset=True)):
-        if index == 0:
-            first = time.perf_counter()
-        if index + 1 == GENERATE:
-            return (GENERATE - 1) / (time.perf_counter() - first)
-    raise RuntimeError("the reply ended early")
+    return raw_run(llm, prompt)[1]
 
 
 def alternate(sides: dict[str, Callable[[int], float]], runs: int) -> dict[str, list[float]]:
