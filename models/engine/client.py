@@ -241,25 +241,21 @@ class _ReplyStream:
             QuantDeskError: The engine refused or failed the request.
         """
         reply = self.reply
-        if event["event"] == "delta":
-            if reply.first_delta_at is None:
-                reply.first_delta_at = time.perf_counter()
-            if "logprobs" in event:
-                reply.logprobs.extend(event["logprobs"])
-            reply.text += event["text"]
-            return event["text"]
-        self.ended = True
-        if event is _CRASHED:
-            raise self.client._crashed("chat", reply.text, engine=self.engine)
-        self.client._raise_error(event)
-        tail = event.get("text", "")  # the reply's last text comes with its end
+        delta = event["event"] == "delta"
+        if not delta:
+            self.ended = True
+            if event is _CRASHED:
+                raise self.client._crashed("chat", reply.text, engine=self.engine)
+            self.client._raise_error(event)
+        text = event.get("text", "")  # the end carries the reply's last text, if any
         if "logprobs" in event:
             reply.logprobs.extend(event["logprobs"])
-        if tail and reply.first_delta_at is None:
+        if reply.first_delta_at is None and (delta or text):
             reply.first_delta_at = time.perf_counter()
-        reply.text += tail
-        reply.stats = self.client.last_chat = ChatStats(**event["stats"])
-        return tail
+        reply.text += text
+        if not delta:
+            reply.stats = self.client.last_chat = ChatStats(**event["stats"])
+        return text
 
     def close(self) -> None:
         """The reader is done: free the lane, or stop a reply it left before its end
@@ -313,15 +309,12 @@ class _EngineProcess:
         with self._send:
             self.conn.send(request)
 
-    def register(self, request_id: int, events: Any = None) -> Any:
-        """Route the events of ``request_id`` to ``events`` (anything with ``put``; a new
-        queue by default), which is returned."""
-        events = queue.Queue() if events is None else events
+    def register(self, request_id: int, events: Any) -> None:
+        """Route the events of ``request_id`` to ``events`` (anything with ``put``)."""
         with self._routes:
             if self.dead:
                 events.put(_CRASHED)
             self.requests[request_id] = events
-        return events
 
     def forget(self, request_id: int, lane: Optional[int] = None) -> None:
         """The reader drops this request's later events; ``lane`` is freed at its last."""
