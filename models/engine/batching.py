@@ -421,12 +421,12 @@ class BatchScheduler:
         for slot in self.slots:
             if slot.reply is not None and lane_cancelled(self.cancel, slot.reply.lane):
                 self._finish(slot.reply, "cancelled")
-        if any(lane_cancelled(self.cancel, r["lane"]) for r in self.waiting):
+        if self.waiting:
             for request in [r for r in self.waiting if lane_cancelled(self.cancel, r["lane"])]:
                 self.waiting.remove(request)  # cancelled before it had a slot
                 self.send({"event": "done", "id": request["id"],
                            "stats": ChatStats(stop_reason="cancelled").to_dict()})
-        self._admit()
+            self._admit()
         active = [s.reply for s in self.slots if s.reply is not None]
         if not active:
             return

@@ -187,6 +187,7 @@ class LoadedModel:
             self.offload.layers_total = llama_low.llama_model_n_layer(self.llm.model) + 1
         self.vocab = llama_low.llama_model_get_vocab(self.llm.model)
         self.token_pieces: dict[int, bytes] = {}  # token → its text bytes, for every reply
+        self._end_tokens: dict[int, bool] = {}  # token → whether it ends a turn
         self.parallel = settings.parallel
         self.n_ctx = self.llm.n_ctx() // settings.parallel  # per slot
         self.n_batch = self.llm.n_batch
@@ -255,8 +256,12 @@ class LoadedModel:
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
 
     def is_end_of_generation(self, token: int) -> bool:
-        """Whether ``token`` ends the model's turn (EOS, end of turn...)."""
-        return bool(llama_low.llama_vocab_is_eog(self.vocab, token))
+        """Whether ``token`` ends the model's turn (EOS, end of turn...); asked of llama.cpp
+        once per token id (this runs for every generated token)."""
+        known = self._end_tokens.get(token)
+        if known is None:
+            known = self._end_tokens[token] = bool(llama_low.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     def sync_cache(self, tokens: list[int], conversation_id: Optional[str]) -> None:
         """Tell ``Llama`` what sequence 0 holds (the batching loop decodes around it)."""

@@ -22,6 +22,7 @@ import random
 from typing import Optional, Sequence
 
 import llama_cpp
+import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
 from models.engine.options import ChatOptions
@@ -106,6 +107,41 @@ class StopFilter:
         return released
 
 
+class _GreedyPick:
+    """The argmax of a row of logits, for greedy sampling with nothing before it.
+
+    numpy finds it in about 5 us where ``llama_sampler_sample``, which first copies every
+    logit into a candidate array, takes about 100 us — 1 % of a token at 100 tok/s, more on
+    a GPU. Both take the first of equal maxima. The row's address comes from a function
+    pointer that returns it as a plain integer, and the numpy view of a row is kept per
+    address (llama.cpp reuses its logits buffer from token to token): after a decode has
+    pushed Python's data out of the CPU caches, each object built per token costs tens of
+    microseconds.
+    """
+
+    _get_row = None  # llama_get_logits_ith returning the address as an int (shared)
+
+    def __init__(self, n_vocab: int) -> None:
+        if _GreedyPick._get_row is None:
+            prototype = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
+            _GreedyPick._get_row = prototype(("llama_get_logits_ith", llama_low._lib))
+        self._row_type = ctypes.c_float * n_vocab
+        self._views: dict[int, np.ndarray] = {}
+
+    def __call__(self, ctx, index: int) -> Optional[int]:
+        """The token, or None when the row has no logits (llama.cpp's sampler says why)."""
+        address = self._get_row(ctx, index)
+        if not address:
+            return None
+        view = self._views.get(address)
+        if view is None:
+            if len(self._views) >= 64:  # the buffer moved (more rows): old views go
+                self._views.clear()
+            view = self._views[address] = np.frombuffer(self._row_type.from_address(address),
+                                                        dtype=np.float32)
+        return int(view.argmax())
+
+
 class Sampler:
     """llama.cpp's sampler chain for one reply (penalties, top-k, top-p, min-p, temperature).
 
@@ -119,11 +155,7 @@ class Sampler:
         self.seed = options.seed if options.seed is not None else random.randrange(2**32 - 1)
         penalties = bool(options.repeat_penalty != 1.0 or options.presence_penalty
                          or options.frequency_penalty)
-        # Greedy with nothing before it is the logits' argmax: numpy finds it in about 5 us
-        # where llama_sampler_sample, which first copies every logit into a candidate array,
-        # takes about 100 us — 1 % of a token at 100 tok/s, more on a GPU. Both take the
-        # first of equal maxima.
-        self._argmax_row = (ctypes.c_float * n_vocab) if options.temperature == 0 \
+        self._greedy = _GreedyPick(n_vocab) if options.temperature == 0 \
             and not penalties else None
         add = lambda s: llama_cpp.llama_sampler_chain_add(self._chain, s)  # noqa: E731
         if penalties:
@@ -145,12 +177,10 @@ class Sampler:
     def sample(self, ctx, index: int = -1) -> int:
         """Pick the next token from the logits of position ``index`` of the last batch
         (the last position by default; others need a batch that asked for their logits)."""
-        if self._argmax_row is not None:
-            pointer = llama_cpp.llama_get_logits_ith(ctx, index)
-            address = ctypes.cast(pointer, ctypes.c_void_p).value
-            if address:  # NULL: an index without logits — llama.cpp's path reports it
-                row = self._argmax_row.from_address(address)
-                return int(np.frombuffer(row, dtype=np.float32).argmax())
+        if self._greedy is not None:
+            token = self._greedy(ctx, index)
+            if token is not None:
+                return token
         return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
     def close(self) -> None:

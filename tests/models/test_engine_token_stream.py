@@ -66,8 +66,10 @@ def test_characters_split_across_tokens_are_never_split_in_deltas(smollm2_gguf):
 
 
 def test_greedy_picks_what_llama_cpps_greedy_sampler_picks(smollm2_gguf):
-    """Plain greedy takes the logits' argmax in numpy; llama.cpp's own greedy sampler over
-    the same logits is the oracle, at every position of a real prompt."""
+    """Plain greedy takes the logits' argmax in numpy, through a view of each row kept per
+    address; llama.cpp's own greedy sampler over the same logits is the oracle, at every
+    position of a real prompt, and again after other text has been evaluated into the same
+    rows (a kept view must read the new logits)."""
     import llama_cpp
 
     from models.engine.options import ChatOptions
@@ -75,15 +77,22 @@ def test_greedy_picks_what_llama_cpps_greedy_sampler_picks(smollm2_gguf):
 
     llm = llama_cpp.Llama(model_path=str(smollm2_gguf), n_ctx=256, n_threads=2,
                           logits_all=True, verbose=False)
-    tokens = llm.tokenize(b"The capital of France is Paris. The capital of Italy is")
-    llm.eval(tokens)
     oracle = llama_cpp.llama_sampler_init_greedy()
+    rounds = []
     with Sampler(ChatOptions(temperature=0.0), llm.n_vocab()) as greedy, \
             Sampler(ChatOptions(temperature=0.0, repeat_penalty=1.1), llm.n_vocab()) as chain:
-        assert greedy._argmax_row is not None and chain._argmax_row is None  # both paths
-        picks = [greedy.sample(llm.ctx, i) for i in range(len(tokens))]
-        expected = [llama_cpp.llama_sampler_sample(oracle, llm.ctx, i)
-                    for i in range(len(tokens))]
+        assert greedy._greedy is not None and chain._greedy is None  # both paths
+        for text in (b"The capital of France is Paris. The capital of Italy is",
+                     b"One, two, three, four, five, six, seven, eight, nine and"):
+            tokens = llm.tokenize(text)
+            llm.reset()
+            llm.eval(tokens)
+            picks = [greedy.sample(llm.ctx, i) for i in range(len(tokens))]
+            expected = [llama_cpp.llama_sampler_sample(oracle, llm.ctx, i)
+                        for i in range(len(tokens))]
+            rounds.append((picks, expected))
         assert chain.sample(llm.ctx, len(tokens) - 1) in range(llm.n_vocab())
     llama_cpp.llama_sampler_free(oracle)
-    assert picks == expected and len(set(picks)) > 3
+    for picks, expected in rounds:
+        assert picks == expected and len(set(picks)) > 3
+    assert rounds[0][0][:5] != rounds[1][0][:5]
