@@ -15,10 +15,17 @@ order swapped every other run) and printing the median of the ratios within pair
   greedy) against ``Llama.generate``, in this process; with ``--pipe`` every delta goes
   through a pipe to a process whose reader thread hands it to another thread, as
   ``EngineClient`` does.
+- ``between``: whether what the engine does between two tokens slows the next
+  ``llama_decode`` itself (rather than only adding its own time): in one bare loop, every
+  other token is followed by 250 us of Python work, or by a delta sent through a pipe to
+  a process with a reader thread as above; the decode right after it is timed against
+  the decode right after nothing. Taking turns token by token puts the VM's drift on
+  both sides alike, so this check resolves differences of a few tenths of a percent,
+  where the run-by-run checks above resolve a few percent.
 
 A ratio near 1.0 clears that part. Run on a quiet machine:
-``.venv/bin/python tests/benchmarks/decode_gap.py {contexts,process,scheduler} [--pipe]
-[--runs 16] [MODEL.gguf]``.
+``.venv/bin/python tests/benchmarks/decode_gap.py {contexts,process,scheduler,between}
+[--pipe] [--runs 16] [MODEL.gguf]``.
 """
 
 from __future__ import annotations
@@ -207,9 +214,57 @@ def check_scheduler(path: str, runs: int, pipe: bool) -> None:
           f"{paired_ratio_text(rates['engine loop'], rates['Llama.generate'])}")
 
 
+def check_between(path: str, runs: int) -> None:
+    import statistics
+
+    import llama_cpp
+
+    llm = make_llama(path)
+    vocab = llm.n_vocab()
+    batch = llama_cpp.llama_batch_init(BATCH, 0, 1)
+    picks = random.Random(1)
+    spawn = multiprocessing.get_context("spawn")
+    connection, there = spawn.Pipe()
+    spawn.Process(target=_client_threads, args=(there,), daemon=True).start()
+
+    def python_work() -> None:
+        end = time.perf_counter() + 250e-6
+        while time.perf_counter() < end:
+            pass
+
+    delta = {"event": "delta", "id": 1, "text": "a few words of a reply " * 3}
+    for name, work in (("250 us of Python", python_work),
+                       ("a delta through the pipe", lambda: connection.send(delta))):
+        after: dict[bool, list[float]] = {True: [], False: []}
+        for _run in range(runs):
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+            for i in range(DEPTH):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = picks.randrange(vocab), i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, i == DEPTH - 1
+            batch.n_tokens = DEPTH
+            llama_cpp.llama_decode(llm.ctx, batch)
+            batch.n_tokens, worked = 1, False
+            for k in range(GENERATE):
+                batch.token[0], batch.pos[0], batch.logits[0] = picks.randrange(vocab), DEPTH + k, 1
+                started = time.perf_counter()
+                llama_cpp.llama_decode(llm.ctx, batch)
+                if k >= 2:
+                    after[worked].append(time.perf_counter() - started)
+                worked = k % 2 == 0
+                if worked:
+                    work()
+        with_work, without = statistics.median(after[True]), statistics.median(after[False])
+        print(f"llama_decode after {name}: {with_work * 1e6:.0f} us, after nothing "
+              f"{without * 1e6:.0f} us (medians of {len(after[True])} tokens each; "
+              f"{with_work / without:.4f}, means "
+              f"{statistics.mean(after[True]) / statistics.mean(after[False]):.4f})", flush=True)
+    connection.send(None)
+    llama_cpp.llama_batch_free(batch)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("check", choices=("contexts", "process", "scheduler"))
+    parser.add_argument("check", choices=("contexts", "process", "scheduler", "between"))
     parser.add_argument("model", nargs="?", type=Path)
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--pipe", action="store_true",
@@ -227,6 +282,8 @@ def main() -> int:
         check_contexts(path, args.runs)
     elif args.check == "process":
         check_process(path, args.runs)
+    elif args.check == "between":
+        check_between(path, args.runs)
     else:
         check_scheduler(path, args.runs, args.pipe)
     print(f"machine at the end: {llama_tools.machine_line()}")
