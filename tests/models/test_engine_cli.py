@@ -84,7 +84,9 @@ def test_bench_reports_speeds_and_the_bandwidth_fraction(smollm2_gguf):
     assert per_token_mb == pytest.approx(96.6, abs=0.1)  # SmolLM2 Q4_1, tied embeddings
     assert limit == pytest.approx(bandwidth * 1000 / per_token_mb, rel=0.01)
     fraction = result.stdout.split("Generation reaches ")[1].split("%")[0]
-    assert int(fraction) == round(100 * decode / limit)
+    # The command rounds the ratio of its unrounded speeds; the printed ones are rounded to
+    # a tenth, which moves the ratio by a few hundredths of a percent (19.497 vs 19.5).
+    assert abs(int(fraction) - 100 * decode / limit) <= 0.55
 
 
 def test_chats_are_saved_reopened_from_their_kv_state_and_deleted(smollm2_gguf):
