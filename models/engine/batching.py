@@ -34,8 +34,9 @@ Exclusive requests. Speculative decoding drives the model through
 such a request waits until the running replies end and then has the engine to itself on
 slot 0. Later requests wait behind it, so arrival order holds.
 
-Text is sent in deltas at most every ``FLUSH_SECONDS`` per reply, and what is left at the
-end goes with the ``done`` event. Until a reply's first visible text has gone out, each
+Text is sent in deltas at most every ``FLUSH_SECONDS``, and what is left at the end goes
+with the ``done`` event. The replies share that timer, so the deltas of a step travel in
+one message (a ``deltas`` event carrying several), not one per reply. Until a reply's first visible text has gone out, each
 token's text is sent at once: a reply that opens with a newline or ``<think>`` (which the
 server's dialects drop or turn into a thinking block) still shows its first word as soon as
 it is picked, which is the time to first token a client measures. Every message wakes
@@ -109,7 +110,6 @@ class Reply:
         self.last_token_at = 0.0
         self.out_text: list[str] = []
         self.out_logprobs: list[dict] = []
-        self.last_flush = 0.0
         self.shown = False  # a delta with visible text has been sent
         # Counts the thinking tokens of a reasoning model; dropped once the answer starts.
         self.reasoning: Optional[ReasoningSplitter] = ReasoningSplitter(opened=opens_reasoning)
@@ -165,6 +165,7 @@ class BatchScheduler:
         self.batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         self.n_vocab = model.llm.n_vocab()
         self.after_reply: list[Callable[[], None]] = []
+        self.last_flush = 0.0  # when the replies' text last went out on the timer
 
     def close(self) -> None:
         """Free the batch and the samplers; requests still here get an error."""
@@ -200,21 +201,31 @@ class BatchScheduler:
         while self.waiting:
             self._error(self.waiting.popleft()["id"], QuantDeskError(what, fix))
 
-    def _flush(self, reply: Reply) -> None:
-        if not reply.out_text and not reply.out_logprobs:
+    def _send_deltas(self, now: float) -> None:
+        """Send the text the replies have made since their last delta: each token's at once
+        until a reply has shown visible text, then every ``FLUSH_SECONDS`` — one timer for
+        all replies, so that their deltas travel together, in one message (``deltas``)
+        when there are several."""
+        due = now - self.last_flush >= FLUSH_SECONDS
+        events = []
+        for slot in self.slots:
+            reply = slot.reply
+            if reply is None or not (reply.out_text or reply.out_logprobs) \
+                    or not (due or not reply.shown):
+                continue
+            text = "".join(reply.out_text)
+            event = {"event": "delta", "id": reply.id, "text": text}
+            if reply.out_logprobs:
+                event["logprobs"] = reply.out_logprobs
+                reply.out_logprobs = []
+            reply.out_text = []
+            reply.shown = reply.shown or bool(text.replace(OPEN_TAG, "").strip())
+            events.append(event)
+        if not events:
             return
-        now = time.perf_counter()
-        if reply.shown and now - reply.last_flush < FLUSH_SECONDS:
-            return
-        text = "".join(reply.out_text)
-        event = {"event": "delta", "id": reply.id, "text": text}
-        if reply.out_logprobs:
-            event["logprobs"] = reply.out_logprobs
-            reply.out_logprobs = []
-        reply.out_text = []
-        reply.last_flush = now
-        reply.shown = reply.shown or bool(text.replace(OPEN_TAG, "").strip())
-        self.send(event)
+        if due:
+            self.last_flush = now
+        self.send(events[0] if len(events) == 1 else {"event": "deltas", "events": events})
 
     def _finish(self, reply: Reply, reason: str) -> None:
         stats = reply.stats
@@ -477,6 +488,7 @@ class BatchScheduler:
                 self._pick_constrained(reply, row, now)
             else:
                 self._pick(reply, row, now)
+        self._send_deltas(now)
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self.batch
@@ -535,7 +547,6 @@ class BatchScheduler:
             self._finish(reply, "context_full")
             return
         reply.pending = [token]
-        self._flush(reply)
 
     def _pick_constrained(self, reply: Reply, row: int, now: float) -> None:
         """Structured output: the grammar's pick from the reply's row, then whatever the
@@ -565,7 +576,6 @@ class BatchScheduler:
             self._finish(reply, "stop")
             return
         reply.pending, steps.pending = steps.pending, []
-        self._flush(reply)
 
     @staticmethod
     def _emit_constrained(reply: Reply, text: str) -> None:

@@ -329,21 +329,12 @@ class _EngineProcess:
     def _read(self) -> None:
         while True:
             try:
-                event = self.conn.recv()
+                message = self.conn.recv()
             except (EOFError, OSError):
                 break
-            request_id = event.get("id")
-            with self._routes:
-                if request_id is None:
-                    target = self.control
-                else:
-                    target = self.requests.get(request_id)
-                    if target is None and event["event"] != "delta":
-                        lane = self.abandoned.pop(request_id, None)
-                        if lane is not None:
-                            self.free_lane(lane)
-            if target is not None:
-                target.put(event)
+            # The deltas of several replies made in one step come in one message.
+            for event in message["events"] if message["event"] == "deltas" else (message,):
+                self._route(event)
         with self._routes:
             self.dead = True
             for events in list(self.requests.values()) + [self.control]:
@@ -351,6 +342,21 @@ class _EngineProcess:
             for lane in self.abandoned.values():
                 self.free_lane(lane)
             self.abandoned.clear()
+
+    def _route(self, event: dict) -> None:
+        """Hand one event to its request's destination (or the control queue)."""
+        request_id = event.get("id")
+        with self._routes:
+            if request_id is None:
+                target = self.control
+            else:
+                target = self.requests.get(request_id)
+                if target is None and event["event"] != "delta":
+                    lane = self.abandoned.pop(request_id, None)
+                    if lane is not None:
+                        self.free_lane(lane)
+        if target is not None:
+            target.put(event)
 
     def stop(self, kill: bool = False) -> Optional[int]:
         """End the process (killed when ``kill``); returns its exit code. Several threads
