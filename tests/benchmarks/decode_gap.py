@@ -76,6 +76,20 @@ def alternate(sides: dict[str, Callable[[int], float]], runs: int) -> dict[str, 
     return rates
 
 
+def prefill_random(ctx, batch, vocab: int, picks: random.Random) -> None:
+    """Clear the context and evaluate ``DEPTH`` random tokens on sequence 0, the last with
+    logits; leaves ``batch`` set for one token at a time."""
+    import llama_cpp
+
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+    for i in range(DEPTH):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = picks.randrange(vocab), i, 1
+        batch.seq_id[i][0], batch.logits[i] = 0, i == DEPTH - 1
+    batch.n_tokens = DEPTH
+    llama_cpp.llama_decode(ctx, batch)
+    batch.n_tokens = 1
+
+
 def check_contexts(path: str, runs: int) -> None:
     import llama_cpp
 
@@ -96,14 +110,8 @@ def check_contexts(path: str, runs: int) -> None:
 
     def bare(ctx) -> Callable[[int], float]:
         def run(_run: int) -> float:
-            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
-            for i in range(DEPTH):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = picks.randrange(vocab), i, 1
-                batch.seq_id[i][0], batch.logits[i] = 0, i == DEPTH - 1
-            batch.n_tokens = DEPTH
-            llama_cpp.llama_decode(ctx, batch)
+            prefill_random(ctx, batch, vocab, picks)
             llama_cpp.llama_synchronize(ctx)
-            batch.n_tokens = 1
             started = time.perf_counter()
             for k in range(GENERATE):
                 batch.token[0], batch.pos[0], batch.logits[0] = picks.randrange(vocab), DEPTH + k, 1
@@ -237,13 +245,8 @@ def check_between(path: str, runs: int) -> None:
                        ("a delta through the pipe", lambda: connection.send(delta))):
         after: dict[bool, list[float]] = {True: [], False: []}
         for _run in range(runs):
-            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
-            for i in range(DEPTH):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = picks.randrange(vocab), i, 1
-                batch.seq_id[i][0], batch.logits[i] = 0, i == DEPTH - 1
-            batch.n_tokens = DEPTH
-            llama_cpp.llama_decode(llm.ctx, batch)
-            batch.n_tokens, worked = 1, False
+            prefill_random(llm.ctx, batch, vocab, picks)
+            worked = False
             for k in range(GENERATE):
                 batch.token[0], batch.pos[0], batch.logits[0] = picks.randrange(vocab), DEPTH + k, 1
                 started = time.perf_counter()

@@ -16,6 +16,8 @@ be measured:
 Figures are microseconds per generated token (the mean over ``--runs`` replies of
 ``--tokens`` tokens after a ~300-token prompt, greedy unless ``--sampled``), printed
 beside ``llama-bench``'s time per token when the tools are built (``llama_tools.py``).
+``--replies 4`` makes four replies together, in one batch per step, as four concurrent
+clients do (figures per token of all of them; ``llama-bench``'s line is for one).
 CPU columns are this thread's own CPU time, which stays meaningful on a busy machine
 where wall time does not.
 
@@ -61,6 +63,8 @@ class Timers:
         self.calls: dict[str, int] = defaultdict(int)
         self.active = False  # counting only while the reply decodes (not in its prefill)
         self.loop_cpu = self.loop_cpu_started = 0.0
+        self.loop_started = 0.0  # perf_counter when counting switched on
+        self.picks = 0  # tokens picked while counting
         self._undo: list[Callable[[], None]] = []
 
     def wrap(self, name: str, fn: Callable) -> Callable:
@@ -85,20 +89,28 @@ class Timers:
         setattr(owner, attribute, (wrapper or self.wrap)(name, original))
         self._undo.append(lambda: setattr(owner, attribute, original))
 
-    def starter(self, on_start: Callable[[], None],
+    def starter(self, on_start: Callable[[], None], replies: int,
                 timing: bool = True) -> Callable[[str, Callable], Callable]:
-        """A wrapper for the sampler: the reply's first pick (the end of its prefill)
-        switches counting on and calls ``on_start``; later picks are timed if ``timing``."""
+        """A wrapper for ``Sampler.sample``: the first pick of the last of ``replies``
+        replies (the end of the last prefill) switches counting on and calls ``on_start``;
+        later picks are counted, and timed if ``timing``."""
+        started: set[int] = set()
+
         def wrapper(name: str, fn: Callable) -> Callable:
             timed = self.wrap(name, fn) if timing else fn
 
-            def sample(*args, **kwargs):
+            def sample(sampler, *args, **kwargs):
                 if self.active:
-                    return timed(*args, **kwargs)
-                token = fn(*args, **kwargs)
-                self.active = True
-                self.loop_cpu_started = time.thread_time()
-                on_start()
+                    self.picks += 1
+                    return timed(sampler, *args, **kwargs)
+                token = fn(sampler, *args, **kwargs)
+                started.add(id(sampler))
+                if len(started) == replies:
+                    started.clear()
+                    self.active = True
+                    self.loop_started = time.perf_counter()
+                    self.loop_cpu_started = time.thread_time()
+                    on_start()
                 return token
             return sample
         return wrapper
@@ -109,14 +121,16 @@ class Timers:
 
 
 @contextlib.contextmanager
-def engine_pipe() -> Iterator[Callable[[str], None]]:
-    """``emit`` as the engine process has it: a delta event sent to another process."""
+def engine_pipe() -> Iterator[Callable[[dict], None]]:
+    """The engine process's way of sending an event, to a reader in another process."""
+    from models.engine.child import _event_sender
+
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     reader = ctx.Process(target=_drain, args=(there,), daemon=True)
     reader.start()
     try:
-        yield lambda text: here.send({"event": "delta", "text": text})
+        yield _event_sender(here)
     finally:
         here.send(None)
         reader.join(5)
@@ -128,6 +142,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--replies", type=int, default=1,
+                        help="replies made together, in one batch (as concurrent clients)")
     parser.add_argument("--sampled", action="store_true",
                         help="the Chat page's default sampling (temperature 0.7, top-k 40, "
                              "top-p 0.95, min-p 0.05) instead of greedy")
@@ -155,7 +171,8 @@ def main() -> int:
     from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 
     settings = LoadSettings(threads=args.threads, batch_threads=args.threads,
-                            context_length=1024, batch_size=BATCH, micro_batch_size=BATCH)
+                            context_length=1024, batch_size=BATCH, micro_batch_size=BATCH,
+                            parallel=args.replies)
     # Kept referenced to the end, as the engine process keeps it: llama.cpp calls its
     # ctypes callback until the model is freed.
     log_capture = LlamaLogCapture()
@@ -166,31 +183,26 @@ def main() -> int:
     options = ChatOptions(max_tokens=args.tokens, ignore_eos=True, seed=1,
                           **({} if args.sampled else {"temperature": 0.0}))
     timers = Timers()
-    tokens = 0
     loop_seconds = 0.0
     profile = cProfile.Profile() if args.cprofile else None
-    done: list[dict] = []
 
-    def reply(scheduler: BatchScheduler, messages: list[dict]) -> None:
-        """One request through the scheduler, stepped as the engine loop steps it."""
-        scheduler.submit({"id": len(done), "lane": 0, "messages": messages,
-                          "options": options.to_dict()})
+    def reply(scheduler: BatchScheduler, run: int, replies: int = 1) -> None:
+        """``replies`` requests through the scheduler together, stepped as the engine
+        loop steps it."""
+        for k in range(replies):
+            scheduler.submit({"id": f"{run}.{k}", "lane": k,
+                              "messages": bench_messages(100 * run + k, 280),
+                              "options": options.to_dict()})
         while scheduler.busy():
             scheduler.step()
             scheduler.run_after_reply()
 
-    with (contextlib.nullcontext([].append) if args.no_pipe else engine_pipe()) as emit:
-        def send(event: dict) -> None:
-            if event["event"] == "done":
-                done.append(event)
-            elif event["event"] == "delta":
-                emit(event["text"])
-
+    with (contextlib.nullcontext([].append) if args.no_pipe else engine_pipe()) as send:
         scheduler = BatchScheduler(model, cancel.shared, send, cache_ram_bytes=0)
-        reply(scheduler, bench_messages(-1, 280))  # warm-up
+        reply(scheduler, -1, args.replies)  # warm-up
         start_profile = profile.enable if profile is not None else (lambda: None)
         timers.patch(Sampler, "sample", "sampler (C, or numpy argmax when greedy)",
-                     timers.starter(start_profile, timing=profile is None))
+                     timers.starter(start_profile, args.replies, timing=profile is None))
         if profile is None:
             timers.patch(llama_cpp, "llama_decode", "llama_decode (C)")
             timers.patch(BatchScheduler, "_put", "filling the batch")
@@ -198,16 +210,15 @@ def main() -> int:
             timers.patch(ReasoningSplitter, "feed", "ReasoningSplitter.feed")
             timers.patch(StopFilter, "push", "StopFilter.push")
             timers.patch(model, "is_end_of_generation", "is_end_of_generation")
-            timers.patch(BatchScheduler, "_flush", "delta send (pipe)")
+            timers.patch(BatchScheduler, "_send_deltas", "delta send (pipe)")
         for run in range(args.runs):
-            reply(scheduler, bench_messages(run, 280))
+            reply(scheduler, run, args.replies)
             timers.loop_cpu += time.thread_time() - timers.loop_cpu_started
+            loop_seconds += time.perf_counter() - timers.loop_started
             timers.active = False
             if profile is not None:
                 profile.disable()
-            stats = done[-1]["stats"]
-            tokens += stats["completion_tokens"] - 1
-            loop_seconds += stats["decode_seconds"]
+        tokens = timers.picks
         timers.restore()
         scheduler.close()
     model.close()
@@ -215,7 +226,8 @@ def main() -> int:
     print(f"machine: {llama_tools.machine_line()}")
     print(f"{args.model.name}, {args.threads} threads, {'sampled' if args.sampled else 'greedy'}, "
           f"deltas {'kept in this process' if args.no_pipe else 'sent through a pipe'}, "
-          f"{args.runs} replies of {args.tokens} tokens: {loop_seconds * per_token:.0f} us per "
+          f"{args.runs} x {args.replies} replies of {args.tokens} tokens: "
+          f"{loop_seconds * per_token:.0f} us per "
           f"token in the decode loop ({tokens / loop_seconds:.1f} tok/s)")
     tools = llama_tools.find_tools(args.llama_tools, needed=("llama-bench",))
     if tools is not None:
