@@ -36,10 +36,11 @@ slot 0. Later requests wait behind it, so arrival order holds.
 
 Text is sent in deltas at most every ``FLUSH_SECONDS``, and what is left at the end goes
 with the ``done`` event. The replies share that timer, so the deltas of a step travel in
-one message (a ``deltas`` event carrying several), not one per reply. Until a reply's first visible text has gone out, each
-token's text is sent at once: a reply that opens with a newline or ``<think>`` (which the
-server's dialects drop or turn into a thinking block) still shows its first word as soon as
-it is picked, which is the time to first token a client measures. Every message wakes
+one message (a ``deltas`` event carrying several), not one per reply. Until a reply's
+first visible text has gone out, each token's text is sent at once: a reply that opens
+with a newline or ``<think>`` (which the server's dialects drop or turn into a thinking
+block) still shows its first word as soon as it is picked, which is the time to first
+token a client measures. Every message wakes
 threads in the client's process (its pipe reader, then whoever consumes the reply), and
 while llama.cpp keeps every core busy each wake-up preempts one of its threads, which the
 others then wait for: fewer messages are a few per cent more decode speed on a small
