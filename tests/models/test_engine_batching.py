@@ -253,3 +253,64 @@ def test_structured_replies_are_decoded_in_the_batch_beside_plain_ones(batched_e
         assert reply.stats.valid is True, reply.stats.validation_error
         assert validation_errors(json.loads(reply.text), schema) == []
         assert reply.stats.forced_tokens > 0 and reply.stop_reason == "stop"
+
+
+def test_the_deltas_of_one_step_travel_in_one_message(smollm2_gguf):
+    """The engine's scheduler, in this process, with the events it sends kept: replies
+    decoded in one batch send a step's text in one ``deltas`` message, each reply once in
+    it; a reply alone sends plain ``delta`` events. Every token the scheduler counted for
+    a reply comes in that reply's events (their log-probabilities name them), the text
+    they carry is those tokens' text, and each reply starts as it does alone."""
+    import multiprocessing
+
+    from models.engine.batching import BatchScheduler
+    from models.engine.cancel_flag import CancelFlag
+    from models.engine.llama_log import LlamaLogCapture
+    from models.engine.runtime import LoadedModel
+
+    settings = LoadSettings(**{**FAST_SETTINGS, "parallel": 2})
+    model = LoadedModel(str(smollm2_gguf), settings, LlamaLogCapture())
+    sent: list[dict] = []
+    scheduler = BatchScheduler(model, CancelFlag(multiprocessing.get_context("spawn")).shared,
+                               sent.append, cache_ram_bytes=0)
+
+    def run(questions: list[str]) -> dict:
+        """The replies to ``questions`` made together: per request id, its events."""
+        first = len(sent)
+        for k, question in enumerate(questions):
+            scheduler.submit({"id": k, "lane": k, "messages": _ask(question),
+                              "options": GREEDY.to_dict()})
+        while scheduler.busy():
+            scheduler.step()
+            scheduler.run_after_reply()
+        events: dict = {k: [] for k in range(len(questions))}
+        for message in sent[first:]:
+            if message["event"] == "deltas":
+                ids = [event["id"] for event in message["events"]]
+                assert len(ids) > 1 and len(set(ids)) == len(ids)
+            for event in message.get("events", [message]):
+                events[event["id"]].append(event)
+        return events
+
+    def text_and_pieces(events: list[dict]) -> tuple[str, list[str]]:
+        """A reply's text, from its deltas and its end, and its tokens' pieces; every token
+        the scheduler counted must have come in an event, in order."""
+        assert [e["event"] for e in events].count("done") == 1 and events[-1]["event"] == "done"
+        pieces = [bytes(entry["bytes"]) for e in events for entry in e.get("logprobs", [])]
+        assert len(pieces) == events[-1]["stats"]["completion_tokens"] > 2
+        text = "".join(e.get("text", "") for e in events)
+        assert text == b"".join(pieces).decode("utf-8")
+        return text, [entry["token"] for e in events for entry in e.get("logprobs", [])]
+
+    try:
+        alone = [run([question])[0] for question in QUESTIONS[:2]]
+        assert not any(m["event"] == "deltas" for m in sent)
+        together = run(QUESTIONS[:2])
+        assert any(m["event"] == "deltas" for m in sent)
+        for single, batched in zip(alone, together.values()):
+            assert text_and_pieces(batched)[1][0] == text_and_pieces(single)[1][0]
+            assert abs(batched[0]["logprobs"][0]["logprob"]
+                       - single[0]["logprobs"][0]["logprob"]) < 0.02
+    finally:
+        scheduler.close()
+        model.close()
