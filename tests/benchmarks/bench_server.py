@@ -6,7 +6,8 @@ slots, and both run at once as separate processes; ``llama-server`` is built fro
 same llama.cpp source with the same CPU options (``llama_tools.py``: ``--llama-tools
 DIR``, built there once when missing). The same requests go to both from the same client
 (``httpx``, streaming parsed as the OpenAI clients do), the two taking turns request by
-request so that load from other processes hits both alike. Printed, with ratios:
+request so that load from other processes hits both alike (in the paired parts, every
+other pair begins with the other server). Printed, with ratios:
 
 1. **Single-client decode** (1 slot): tok/s of a 128-token greedy reply as the client
    sees the tokens arrive (``ignore_eos``), ``--decode-runs`` pairs (15). Goal: the median
@@ -245,11 +246,28 @@ def ratio_line(label: str, values: list[float], goal: str) -> str:
     return f"{label}: ours {ours:.1f}, llama-server {theirs:.1f}, ratio {ours / theirs:.3f} ({goal})"
 
 
+def in_turn(servers: list[Server], run: int) -> list[Server]:
+    """The servers in the order of pair ``run``: every other pair the other way round, so
+    that whatever the side before leaves behind (a process just woken, a VM's spent CPU
+    credit) falls on each side alike."""
+    return servers if run % 2 == 0 else servers[::-1]
+
+
+def print_pairs(label: str, ours: list[float], theirs: list[float], goal: str) -> None:
+    """The median of ours / llama-server's within each pair, and the same for the pairs
+    each side began (a difference between the two shows what going first is worth)."""
+    print(f"{label}, ours / llama-server within each pair: {paired_ratio_text(ours, theirs)} "
+          f"(goal: median {goal})")
+    if len(ours) >= 4:
+        print(f"  pairs begun by ours {paired_ratio_text(ours[::2], theirs[::2])}; "
+              f"by llama-server {paired_ratio_text(ours[1::2], theirs[1::2])}")
+
+
 def bench_decode(http, servers: list[Server], model_id: str, runs: int) -> None:
     rates: dict[str, list[float]] = {s.name: [] for s in servers}
     inside: list[float] = []
     for run in range(runs):
-        for server in servers:
+        for server in in_turn(servers, run):
             reply = chat(http, server, model_id, short_messages(run), DECODE_TOKENS)
             rates[server.name].append(reply.decode_rate)
             if reply.timings and reply.timings.get("predicted_per_second"):
@@ -260,9 +278,7 @@ def bench_decode(http, servers: list[Server], model_id: str, runs: int) -> None:
     print(ratio_line(f"single-client decode tok/s (client side, median of {runs})",
                      [statistics.median(rates[s.name]) for s in servers], "ratio of the medians"))
     if len(servers) == 2:
-        ours, theirs = (rates[s.name] for s in servers)
-        print(f"single-client decode, ours / llama-server within each pair: "
-              f"{paired_ratio_text(ours, theirs)} (goal: median >= 0.97)")
+        print_pairs("single-client decode", *(rates[s.name] for s in servers), ">= 0.97")
     if inside:
         print(f"  (llama-server's own figure for its decode: {statistics.median(inside):.1f} tok/s)")
 
@@ -341,7 +357,7 @@ def bench_concurrent(servers: list[Server], model_id: str, runs: int) -> None:
     totals: dict[str, list[float]] = {s.name: [] for s in servers}
     batched: dict[str, dict[int, str]] = {s.name: {} for s in servers}
     for run in range(runs):
-        for server in servers:
+        for server in in_turn(servers, run):
             replies: list[Reply] = []
 
             def one(client: int) -> None:
@@ -364,9 +380,7 @@ def bench_concurrent(servers: list[Server], model_id: str, runs: int) -> None:
     print(ratio_line(f"4 concurrent clients, total tok/s (median of {runs})",
                      [statistics.median(totals[s.name]) for s in servers], "ratio of the medians"))
     if len(servers) == 2:
-        ours, theirs = (totals[s.name] for s in servers)
-        print(f"4 concurrent clients, ours / llama-server within each pair: "
-              f"{paired_ratio_text(ours, theirs)} (goal: median >= 1.0)")
+        print_pairs("4 concurrent clients", *(totals[s.name] for s in servers), ">= 1.0")
     with httpx.Client(timeout=600) as http:
         for server in servers:
             parted = []
