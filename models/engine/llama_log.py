@@ -112,7 +112,8 @@ def parse_offload_report(lines: Iterable[str]) -> OffloadReport:
 
 
 class LlamaLogCapture:
-    """Receives llama.cpp's log in this process. Create one; it stays installed.
+    """Receives llama.cpp's log in this process. Create one; it stays installed until
+    :meth:`close` (the engine process keeps its one to the end).
 
     Args:
         keep: How many recent lines to remember for reports and error messages.
@@ -125,6 +126,10 @@ class LlamaLogCapture:
         self._total = 0  # lines ever received, so marks survive the deque dropping old ones
         import llama_cpp
 
+        # What was installed before (llama-cpp-python's own printer), for close().
+        self._previous = llama_cpp.llama_log_callback()
+        self._previous_data = ctypes.c_void_p()
+        llama_cpp.llama_log_get(ctypes.byref(self._previous), ctypes.byref(self._previous_data))
         # The ctypes callback object must outlive the registration: keep a reference.
         self._callback = llama_cpp.llama_log_callback(self._on_log)
         llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
@@ -144,6 +149,15 @@ class LlamaLogCapture:
             if self._level > logging.DEBUG or "assigned to device" in line:
                 self.recent.append(line)
                 self._total += 1
+
+    def close(self) -> None:
+        """Put back the log callback that was installed before this one. llama.cpp's log
+        callback is one for the whole process and calls into this object: a capture that
+        is dropped without ``close`` (a model loaded for a while in a process that goes
+        on, as a test does) leaves llama.cpp calling freed memory at its next line."""
+        import llama_cpp
+
+        llama_cpp.llama_log_set(self._previous, self._previous_data)
 
     def mark(self) -> int:
         """A position in the log; pass it to :meth:`lines_since`."""

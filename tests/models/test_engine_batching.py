@@ -269,7 +269,8 @@ def test_the_deltas_of_one_step_travel_in_one_message(smollm2_gguf):
     from models.engine.runtime import LoadedModel
 
     settings = LoadSettings(**{**FAST_SETTINGS, "parallel": 2})
-    model = LoadedModel(str(smollm2_gguf), settings, LlamaLogCapture())
+    log_capture = LlamaLogCapture()
+    model = LoadedModel(str(smollm2_gguf), settings, log_capture)
     sent: list[dict] = []
     scheduler = BatchScheduler(model, CancelFlag(multiprocessing.get_context("spawn")).shared,
                                sent.append, cache_ram_bytes=0)
@@ -314,3 +315,4 @@ def test_the_deltas_of_one_step_travel_in_one_message(smollm2_gguf):
     finally:
         scheduler.close()
         model.close()
+        log_capture.close()
