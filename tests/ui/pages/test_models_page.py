@@ -83,7 +83,10 @@ def test_download_with_progress_pause_resume_and_library(qtbot, window, hub):
     _task_state(qtbot, page, task, {"paused"})
     part = next(Path(page.library.library.models_dir, "hub").rglob(".tiny.Q8_0.gguf.part"))
     assert 0 < part.stat().st_size < 500_000
-    qtbot.waitUntil(lambda: downloads.model.index(0, 1).data() == "paused", timeout=5000)
+    # The row reads the task's state, which the download thread sets; the buttons follow
+    # when the GUI thread is told. Resume is clicked once it can be, as a person would.
+    qtbot.waitUntil(lambda: downloads.buttons["Resume"].isEnabled(), timeout=5000)
+    assert downloads.model.index(0, 1).data() == "paused"
     hub.state.faults.throttle_bytes_per_s = None
     with qtbot.waitSignal(page.library.refreshed, timeout=30000,
                           check_params_cb=lambda n: n == 1):
