@@ -212,7 +212,7 @@ class BatchScheduler:
         for slot in self.slots:
             reply = slot.reply
             if reply is None or not (reply.out_text or reply.out_logprobs) \
-                    or not (due or not reply.shown):
+                    or (reply.shown and not due):
                 continue
             text = "".join(reply.out_text)
             event = {"event": "delta", "id": reply.id, "text": text}

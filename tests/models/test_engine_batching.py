@@ -293,15 +293,15 @@ def test_the_deltas_of_one_step_travel_in_one_message(smollm2_gguf):
                 events[event["id"]].append(event)
         return events
 
-    def text_and_pieces(events: list[dict]) -> tuple[str, list[str]]:
-        """A reply's text, from its deltas and its end, and its tokens' pieces; every token
-        the scheduler counted must have come in an event, in order."""
+    def tokens(events: list[dict]) -> list[str]:
+        """A reply's tokens, checked: every token the scheduler counted came in an event,
+        in order, and the text of its deltas and its end is theirs."""
         assert [e["event"] for e in events].count("done") == 1 and events[-1]["event"] == "done"
-        pieces = [bytes(entry["bytes"]) for e in events for entry in e.get("logprobs", [])]
-        assert len(pieces) == events[-1]["stats"]["completion_tokens"] > 2
+        entries = [entry for e in events for entry in e.get("logprobs", [])]
+        assert len(entries) == events[-1]["stats"]["completion_tokens"] > 2
         text = "".join(e.get("text", "") for e in events)
-        assert text == b"".join(pieces).decode("utf-8")
-        return text, [entry["token"] for e in events for entry in e.get("logprobs", [])]
+        assert text == b"".join(bytes(entry["bytes"]) for entry in entries).decode("utf-8")
+        return [entry["token"] for entry in entries]
 
     try:
         alone = [run([question])[0] for question in QUESTIONS[:2]]
@@ -309,7 +309,7 @@ def test_the_deltas_of_one_step_travel_in_one_message(smollm2_gguf):
         together = run(QUESTIONS[:2])
         assert any(m["event"] == "deltas" for m in sent)
         for single, batched in zip(alone, together.values()):
-            assert text_and_pieces(batched)[1][0] == text_and_pieces(single)[1][0]
+            assert tokens(batched)[0] == tokens(single)[0]
             assert abs(batched[0]["logprobs"][0]["logprob"]
                        - single[0]["logprobs"][0]["logprob"]) < 0.02
     finally:
