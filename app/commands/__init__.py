@@ -11,5 +11,5 @@ COMMAND_MODULES = [
     "app.commands.quantize", "app.commands.imatrix", "app.commands.evaluate",
     "app.commands.search", "app.commands.pull", "app.commands.list", "app.commands.rm",
     "app.commands.chat", "app.commands.chats", "app.commands.bench", "app.commands.serve",
-    "app.commands.worker",
+    "app.commands.worker", "app.commands.schema",
 ]

@@ -58,10 +58,10 @@ def output_options(args: argparse.Namespace) -> dict:
                                  "Fix the file, or check it in a JSON validator.") from None
         from models.structured import constraint_for_schema
 
-        # Where the grammar is narrower than the schema (objects closed to properties the
-        # schema does not list), say so: the user should not be surprised by it.
-        for note in constraint_for_schema(schema, allow_unsupported=True).restrictions:
-            print(f"Note: at {note.pointer}, {note.message}", file=sys.stderr)
+        # Generating anyway: say what the grammar does not enforce (each reply is checked).
+        constraint = constraint_for_schema(schema, allow_unsupported=args.allow_unsupported)
+        for problem in constraint.not_enforced:
+            print(f"Note: not enforced while generating: {problem}", file=sys.stderr)
         return dict(response_format="json_schema", schema=schema,
                     allow_unsupported=args.allow_unsupported)
     if args.grammar is not None:

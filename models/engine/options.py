@@ -48,13 +48,14 @@ class ChatOptions:
         ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
         response_format: ``"text"`` (free), ``"json"`` (any JSON value), ``"json_schema"``
             (JSON matching ``schema``) or ``"grammar"`` (a GBNF ``grammar``). Constrained
-            replies are generated under a llama.cpp grammar (``models.structured``) and
+            replies are generated under an llguidance grammar (``models.structured``) and
             validated when they end; stop strings and repeat penalties do not apply.
         schema: The JSON Schema for ``json_schema``.
         grammar: The GBNF grammar text (rule ``root``) for ``grammar``.
-        allow_unsupported: Generate even though the schema uses features the grammar
-            cannot enforce (they are still checked when the reply ends); off, such a
-            schema is refused before generating, with the list of those features.
+        allow_unsupported: Generate even though the schema uses keywords the grammar
+            cannot enforce (a request without ``strict``: they are checked when the reply
+            ends, and ``ChatStats.not_enforced`` lists them); off (strict), such a schema
+            is refused before generating, with the list of those keywords and pointers.
         fast_forward: Append the text the grammar forces (keys, punctuation, the rest of
             an enum value) without sampling it.
         presence_penalty: Subtract this from the score of every token already in the
@@ -137,6 +138,9 @@ class ChatStats:
     closed_at_budget: bool = False  # the grammar's shortest ending closed an unfinished reply
     valid: Optional[bool] = None  # structured output: the reply parsed and matched (None: text)
     validation_error: str = ""  # why it did not (a cancelled or cut-off reply, say)
+    # Schema keywords the grammar did not enforce (a request without strict), each
+    # {"pointer", "message"}; the reply was checked against them (valid says how it went).
+    not_enforced: list = field(default_factory=list)
     # Of completion_tokens, those of the reasoning section (its <think> tags included), as
     # models.engine.reasoning.ReasoningSplitter counts them; 0 for a reply without one.
     reasoning_tokens: int = 0

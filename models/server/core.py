@@ -355,10 +355,22 @@ class Generation:
         """The reply's reasoning, without its tags; "" when it has none."""
         return self.parts.reasoning if self.parts is not None else ""
 
-    def validation_problem(self) -> Optional[ApiError]:
-        """A structured reply that ended normally yet failed its schema, as an error."""
+    def structured_report(self) -> Optional[dict]:
+        """For a schema the grammar did not enforce exactly (a request without ``strict``):
+        what it did not enforce, and whether the reply matched the whole schema; the
+        response carries it as ``structured_output``. ``None`` otherwise."""
         stats = self.stats
-        if stats is None or getattr(stats, "valid", None) is not False:
+        if stats is None or not getattr(stats, "not_enforced", None):
+            return None
+        return {"enforced": False, "not_enforced": stats.not_enforced,
+                "valid": bool(stats.valid), "error": stats.validation_error}
+
+    def validation_problem(self) -> Optional[ApiError]:
+        """A structured reply that ended normally yet failed a schema the grammar enforced
+        exactly, as an error (one generated without ``strict`` says so in its response)."""
+        stats = self.stats
+        if stats is None or getattr(stats, "valid", None) is not False \
+                or getattr(stats, "not_enforced", None):
             return None
         if stats.stop_reason in ("length", "context_full", "cancelled"):
             return None  # cut short: finish_reason "length" tells the client

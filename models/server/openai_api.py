@@ -219,8 +219,8 @@ def output_format(body: Fields) -> dict:
                                 "JSON Schema the reply must match.",
                            param="response_format.json_schema.schema", code="invalid_value")
         spec.string("name")
-        spec.boolean("strict", True)  # always strict here: the grammar enforces the schema
-        return structured_fields("json_schema", spec.get("schema"))
+        return structured_fields("json_schema", spec.get("schema"),
+                                 strict=spec.boolean("strict", False))
     raise ApiError(400, f"response_format type {kind!r} is unknown; use text, json_object or "
                         "json_schema.", param="response_format.type", code="invalid_value")
 
@@ -258,7 +258,8 @@ def function_tools(body: Fields) -> list[Tool]:
                                 "object.", param=f"{where}.function.parameters",
                            code="invalid_schema")
         description = function.get("description") or ""
-        tools.append(Tool(name, str(description), parameters))
+        tools.append(Tool(name, str(description), parameters,
+                          strict=Fields(function, f"{where}.function.").boolean("strict", False)))
     return tools
 
 
@@ -352,8 +353,12 @@ class _Dialect:
         else:
             choice = {"index": 0, "text": gen.text, "logprobs": logprobs,
                       "finish_reason": gen.finish_reason}
-        return {"id": self.prefix + gen.id, "object": self.object, "created": gen.created,
+        body = {"id": self.prefix + gen.id, "object": self.object, "created": gen.created,
                 "model": gen.model.id, "choices": [choice], "usage": gen.usage()}
+        report = self.tools.report if self.tools is not None else gen.structured_report()
+        if report:
+            body["structured_output"] = report
+        return body
 
     def chunk(self, gen: Generation, choices: list, include_usage: bool) -> str:
         chunk = {"id": self.prefix + gen.id, "object": self.chunk_object,

@@ -133,10 +133,11 @@ def options_for_slot(values: dict) -> Any:
     return make
 
 
-def structured_fields(kind: str, schema: Any = None) -> dict:
+def structured_fields(kind: str, schema: Any = None, strict: bool = False) -> dict:
     """The ChatOptions fields for an output format: ``"text"``, ``"json"`` (any JSON
-    object or value) or ``"json_schema"`` (``schema``, enforced by the grammar; what it
-    cannot enforce is refused when the reply is created)."""
+    object or value) or ``"json_schema"`` (``schema``, enforced by the grammar; with
+    ``strict`` what it cannot enforce is refused when the reply is created, without it the
+    reply is generated under what is enforceable and checked against the whole schema)."""
     if kind == "text":
         return {}
     if kind == "json":
@@ -145,7 +146,7 @@ def structured_fields(kind: str, schema: Any = None) -> dict:
         raise ApiError(400, "The JSON schema must be a JSON object such as "
                             '{"type": "object", "properties": {...}}.', param="schema",
                        code="invalid_schema")
-    return {"response_format": "json_schema", "schema": schema}
+    return {"response_format": "json_schema", "schema": schema, "allow_unsupported": not strict}
 
 
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request

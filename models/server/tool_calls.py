@@ -15,15 +15,17 @@ names into :class:`Tool` and a :class:`ToolChoice`, and the rest is here.
 
 The first three get the functions through the template's own ``tools`` variable.
 
-**Grammar** (:func:`call_grammar`): the calls are generated under a GBNF grammar built
-by :mod:`models.structured` from one JSON Schema whose branches are the offered
-functions (``{"name": const, "arguments": <the function's parameters>}``), so the name
-is always one offered and the arguments always parse and match the parameters schema.
+**Grammar** (:func:`call_grammar`): the calls are generated under an llguidance Lark
+grammar (:mod:`models.structured`) that embeds one JSON Schema whose branches are the
+offered functions (``{"name": const, "arguments": <the function's parameters>}``), so the
+name is always one offered and the arguments always parse and match the parameters schema.
 With ``tool_choice`` ``required`` or a named function the whole reply is calls; with
 ``auto`` it is either calls or text that does not begin with the call opener (``<``,
-``{`` or ``[``), so a reply that starts as a call is a grammar-made call. A schema the
-grammar cannot enforce is refused before generating (:class:`~app.core.errors
-.QuantDeskError`, which the dialect answers with a 400).
+``{`` or ``[``), so a reply that starts as a call is a grammar-made call. Annotations
+(``title``, ``default``, ``examples``…) are ignored; a parameters schema with keywords the
+grammar cannot enforce is refused before generating when the function is ``strict``
+(:class:`~app.core.errors.QuantDeskError`, which the dialect answers with a 400), and
+otherwise generated under what is enforceable, each call validated after.
 
 **Parsers**: :func:`parse_calls` reads a whole reply; :class:`CallStream` reads one in
 pieces of any size and says, in order, each call's name (once it is complete) and then
@@ -42,10 +44,8 @@ from typing import Any, Optional
 from app.core.errors import QuantDeskError
 from models.server.catalog import template_of
 from models.server.errors import ApiError
-from models.structured.json_rules import gbnf_char
 
 MAX_PARALLEL_CALLS = 4  # calls one reply may hold when parallel calls are allowed
-CALL_RULE = "tool-call"
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class Tool:
     name: str
     description: str = ""
     parameters: Any = field(default_factory=lambda: {"type": "object", "properties": {}})
+    # OpenAI's function.strict: parameters the grammar cannot enforce exactly are a 400
+    # instead of generated under what is enforceable and checked after.
+    strict: bool = False
 
     def openai(self) -> dict:
         """OpenAI's ``{"type": "function", "function": {...}}`` shape (what templates read)."""
@@ -205,7 +208,8 @@ def prompt_messages(fmt: CallFormat, messages: list[dict], tools: list[Tool]) ->
 
 
 def _literal(text: str) -> str:
-    return '"' + "".join(gbnf_char(c) for c in text) + '"'
+    """A Lark string literal (JSON's escapes)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _rebase_refs(schema: Any, base: str) -> Any:
@@ -225,16 +229,17 @@ def _rebase_refs(schema: Any, base: str) -> Any:
     return schema
 
 
-def check_parameters(tool: Tool) -> None:
-    """Refuse a parameters schema the grammar cannot enforce, naming the function.
+def check_parameters(tool: Tool, strict: bool = False) -> None:
+    """Refuse a parameters schema that is malformed, or (``strict``) that the grammar cannot
+    enforce exactly, naming the function.
 
     Raises:
-        QuantDeskError: The schema is malformed, refused, or uses unenforced features.
+        QuantDeskError: The schema is malformed, or strict and not enforced exactly.
     """
-    from models.structured.schema_grammar import schema_to_grammar
+    from models.structured import constraint_for_schema
 
     try:
-        schema_to_grammar(tool.parameters).require_supported()
+        constraint_for_schema(tool.parameters, allow_unsupported=not strict)
     except QuantDeskError as exc:
         raise QuantDeskError(f"The parameters of function {tool.name!r} cannot be enforced "
                              f"as a grammar: {exc.what}", exc.fix) from None
@@ -257,34 +262,38 @@ def call_schema(tools: list[Tool], fmt: CallFormat, parallel: bool) -> dict:
     return one
 
 
-def call_grammar(tools: list[Tool], fmt: CallFormat, choice: ToolChoice) -> str:
-    """The GBNF grammar of a reply under ``choice`` (``auto``, ``required`` or ``named``).
+def call_grammar(tools: list[Tool], fmt: CallFormat, choice: ToolChoice,
+                 strict: bool = False) -> str:
+    """The grammar of a reply under ``choice`` (``auto``, ``required`` or ``named``): Lark
+    text for llguidance (``%llguidance`` first, as llama.cpp's grammar field takes it),
+    the calls' JSON as one embedded JSON Schema.
 
     Raises:
-        QuantDeskError: A function's parameters cannot be enforced.
+        QuantDeskError: A function's parameters are malformed, or cannot be enforced
+            exactly and ``strict``.
     """
-    from models.structured.schema_grammar import schema_to_grammar
+    from models.structured.guidance import LARK_HEADER, lark_json
+    from models.structured.schema_policy import plan_schema
 
     offered = [t for t in tools if choice.mode != "named" or t.name == choice.name]
     for tool in offered:
-        check_parameters(tool)
-    converted = schema_to_grammar(call_schema(offered, fmt, choice.parallel))
-    converted.require_supported()
-    body = converted.gbnf
-    assert body.startswith("root ::= ")
-    body = f"{CALL_RULE} ::= " + body[len("root ::= "):]
+        check_parameters(tool, strict or tool.strict)
+    plan = plan_schema(call_schema(offered, fmt, choice.parallel))
+    engine_schema = plan.engine_schema
     if fmt.in_list:
-        calls = f"{_literal(fmt.before)} {CALL_RULE}"
+        calls = f"{_literal(fmt.before)} call"
     else:
-        one = f"{_literal(fmt.before)} {CALL_RULE} {_literal(fmt.after)}".replace('"" ', "")
+        one = f"{_literal(fmt.before)} call {_literal(fmt.after)}"
         calls = one if not choice.parallel else \
             f"{one} ({_literal(fmt.separator)} {one}){{0,{MAX_PARALLEL_CALLS - 1}}}"
-    rules = ["root ::= tool-calls" if choice.mode != "auto" else
-             "root ::= tool-calls | tool-text",
-             f"tool-calls ::= {calls}"]
+    rules = [LARK_HEADER + " {}",
+             "start: tool_calls" if choice.mode != "auto" else "start: tool_calls | tool_text",
+             f"tool_calls: {calls}",
+             f"call: {lark_json(engine_schema)}"]
     if choice.mode == "auto":
-        rules.append(f"tool-text ::= [^{gbnf_char(fmt.opener[0])}] [^\\x00]*")
-    return "\n".join(rules) + "\n" + body
+        opener = json.dumps(fmt.opener[0])[1:-1].replace("/", "\\/").replace("[", "\\[")
+        rules.append(f"tool_text: /[^{opener}](.|\\n)*/")
+    return "\n".join(rules) + "\n"
 
 
 # -- reading calls back ---------------------------------------------------------------
@@ -526,17 +535,29 @@ class ToolPlan:
     """A request's tools, the model's call format and what the reply's calls must match."""
 
     def __init__(self, fmt: CallFormat, tools: list[Tool]) -> None:
+        from models.structured import schema_plan
+
         self.fmt = fmt
         self.tools = tools
+        # What the grammar does not enforce of each (non-strict) function's parameters.
+        self.not_enforced = [{**p.to_dict(), "function": tool.name} for tool in tools
+                             for p in schema_plan(tool.parameters).problems]
+        self.report: Optional[dict] = None
 
     def calls(self, gen: Any) -> Optional[list]:
-        """The reply's calls, checked against the functions (a 500 if they do not match,
-        which the grammar rules out); ``None`` for a text reply."""
+        """The reply's calls, checked against the functions; ``None`` for a text reply.
+
+        A call that breaks its parameters is a 500 where the grammar enforced them all
+        (it cannot happen); where it did not (a function without ``strict``), the calls
+        are returned and :attr:`report` says what was not enforced and what broke."""
         calls = parse_calls(gen.text, self.fmt)
         if calls is None:
             return None
         problem = validate_calls(calls, self.tools)
-        if problem is not None and gen.finish_reason != "length":
+        if self.not_enforced:
+            self.report = {"enforced": False, "not_enforced": self.not_enforced,
+                           "valid": problem is None, "error": problem or ""}
+        elif problem is not None and gen.finish_reason != "length":
             raise ApiError(500, f"The model's tool call is malformed: {problem}.",
                            code="invalid_tool_call")
         return calls
@@ -573,7 +594,9 @@ def tool_request(core: Any, model_id: Any, messages: list[dict], tools: list[Too
 
 
 def validate_calls(calls: list[ParsedCall], tools: list[Tool]) -> Optional[str]:
-    """Why the calls do not match the offered functions, or ``None`` when they do."""
+    """Why the calls do not match the offered functions, or ``None`` when they do (each
+    function's parameters read as JSON Schema 2020-12, older drafts rewritten)."""
+    from models.structured import schema_plan
     from models.structured.validate import validation_errors
 
     by_name = {tool.name: tool for tool in tools}
@@ -583,7 +606,7 @@ def validate_calls(calls: list[ParsedCall], tools: list[Tool]) -> Optional[str]:
             return f"the model called {call.name!r}, which the request does not offer"
         if call.arguments is None:
             return f"the arguments of {call.name!r} are not JSON"
-        errors = validation_errors(call.arguments, tool.parameters)
+        errors = validation_errors(call.arguments, schema_plan(tool.parameters).schema)
         if errors:
             return f"the arguments of {call.name!r} do not match its parameters: {errors[0]}"
     return None

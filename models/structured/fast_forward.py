@@ -1,27 +1,24 @@
 """Grammar-constrained decoding on a ``llama_cpp.Llama``, with guided fast-forward.
 
-Sampling is constrained by llama.cpp's own grammar sampler (C++, masks the whole
-vocabulary each step). Beside it runs our :class:`~models.structured.gbnf.GrammarMatcher`
-over the text generated so far. Where the grammar allows exactly one continuation
-(``","age":`` after a string value, the rest of an enum value, the closing ``}``), the
-matcher yields it, it is tokenized, accepted by the llama.cpp grammar (so both stay in
-step) and decoded *in one batch* together with the last sampled token: no sampling,
-no vocabulary mask, one forward pass for many tokens.
+Sampling is constrained by llguidance (:mod:`.sampler`: check-first, a whole-vocabulary
+mask only when the plain choice is refused). Where the grammar allows exactly one
+continuation (``","age":`` after a string value, the rest of an enum value, the closing
+``}``), llguidance says which tokens it is (``compute_ff_tokens``, canonically tokenized
+and never splitting a token the model could still extend); they are consumed by the
+matcher and decoded *in one batch* together with the last sampled token: no sampling, no
+vocabulary mask, one forward pass for many tokens.
 
-Token boundaries: the tokenizer's split of a forced text may differ from the tokens the
-model would pick one by one (``":"`` is one token in SmolLM2, but a forced ``":`` then
-a sampled ``"`` is two). With ``hold_back_last=True`` (the default) the last token of a
-forced run is left to the sampler, which, under the grammar, may pick it or a longer
+Token boundaries: the canonical split of a forced text may differ from the tokens the
+model would pick one by one. With ``hold_back_last=True`` (the default) the last token of
+a forced run is left to the sampler, which, under the grammar, may pick it or a longer
 token that also covers the next free characters; that keeps the greedy output equal to
 plain constrained decoding more often (measured in tests/benchmarks/bench_structured.py;
 see README.md).
 
-When the matcher says the grammar is complete and nothing may follow, generation stops
-without asking the model for an end-of-turn token. Near ``max_tokens`` the grammar's
-shortest completion closes a reply the model has not finished (``closed_at_budget``).
-
-llama.cpp aborts the process if its grammar is handed a token it rejects; the engine runs
-this in its child process, and tests run it in a subprocess.
+When the grammar is complete and nothing may follow, generation stops without asking the
+model for an end-of-turn token. Near ``max_tokens`` a JSON reply the model has not
+finished is closed (``closed_at_budget``): the grammar's mask narrowed to the tokens that
+end strings, objects and arrays or write the shortest values.
 """
 
 from __future__ import annotations
@@ -31,16 +28,20 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
+import numpy as np
+
 from app.core.jobs import CancelToken
 from models.engine.options import ChatOptions
-from models.structured.gbnf import GrammarMatcher, parse_gbnf
 from models.structured.sampler import GrammarSampler
 
-# How close to max_tokens (in tokens) the shortest completion starts being checked, and
-# how many tokens to spare: one sampled token can open a structure whose shortest ending
-# is longer, so closing starts a little early (and may overrun max_tokens by that much).
-CLOSING_WINDOW = 64
-CLOSING_MARGIN = 2
+# Closing a JSON reply at its budget starts when the tokens left are no more than the
+# open strings, objects and arrays plus this margin (a required key still to come, a
+# value to write).
+CLOSING_MARGIN = 6
+# What closes a JSON reply soonest, best first: end the string / object / array, the
+# shortest values, then a comma (a required key may still be missing).
+CLOSERS = ('"', "}", "]", '"}', '"]', "}}", "]}", "}]", "0", "null", "true", "false", '""',
+           "[]", "{}", ",", "a")
 
 
 @dataclass
@@ -55,8 +56,8 @@ class GenerationStats:
         seconds: Wall time after the prompt was decoded.
         full_masks: Sampled tokens for which the whole vocabulary was masked by the
             grammar (the unconstrained choice was not allowed, or check-first is off).
-        closed_at_budget: The reply was completed with the grammar's shortest ending
-            because ``max_tokens`` was nearly spent (the model had not finished).
+        closed_at_budget: The reply was steered to its shortest ending because
+            ``max_tokens`` was nearly spent (the model had not finished).
         passes: Forward passes of the model after the prompt (a forced run and the
             sampled token before it are evaluated in one).
     """
@@ -78,34 +79,63 @@ class GenerationStats:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
+class JsonNesting:
+    """How many strings, objects and arrays are open in a JSON text read piece by piece."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.in_string = False
+        self._escaped = False
+
+    def feed(self, text: str) -> None:
+        for c in text:
+            if self.in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif c == "\\":
+                    self._escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.open += 1
+            elif c in "}]":
+                self.open -= 1
+
+    @property
+    def closing_tokens(self) -> int:
+        """About how many tokens the shortest ending needs."""
+        return self.open + self.in_string
+
+
 class ConstrainedGenerator:
-    """Generate text from a loaded ``llama_cpp.Llama`` under a GBNF grammar.
+    """Generate text from a loaded ``llama_cpp.Llama`` under an llguidance grammar.
 
     Args:
         llm: The loaded model (its context is reused; a shared prompt prefix is kept).
-        gbnf: Grammar text (rule ``root``); ``None`` generates unconstrained.
+        grammar: An llguidance grammar (:mod:`.guidance`); ``None`` generates unconstrained.
         options: The chat's sampling options (temperature 0 is greedy; the top-k/top-p/
             min-p filters, seed and max_tokens apply; repeat penalties and stop strings
             do not, as a grammar decides where the reply ends).
         fast_forward: Append forced continuations without sampling.
         hold_back_last: Leave the last token of each forced run to the sampler.
-        close_at_budget: When the token budget is about to run out, append the shortest
-            text that completes the grammar, so the reply still parses.
         check_first: Ask the grammar about the unconstrained choice before masking
             the whole vocabulary (see :mod:`models.structured.sampler`).
+        close_at_budget: The reply is JSON: when the token budget is about to run out,
+            steer it to its shortest ending, so it still parses.
     """
 
-    def __init__(self, llm, gbnf: Optional[str], options: ChatOptions,
+    def __init__(self, llm, grammar: Optional[str], options: ChatOptions,
                  fast_forward: bool = True, hold_back_last: bool = True,
                  check_first: bool = True, close_at_budget: bool = True) -> None:
         self.llm = llm
-        self.gbnf = gbnf
-        self.grammar = parse_gbnf(gbnf) if gbnf is not None else None  # sentences, not aborts
+        self.grammar = grammar
         self.options = options
-        self.fast_forward = fast_forward and gbnf is not None
+        self.fast_forward = fast_forward and grammar is not None
         self.hold_back_last = hold_back_last
         self.check_first = check_first
-        self.close_at_budget = close_at_budget
+        self.close_at_budget = close_at_budget and grammar is not None
         self.stats = GenerationStats()
 
     def _decode_prompt(self, prompt: Sequence[int]) -> None:
@@ -175,7 +205,7 @@ class ConstrainedGenerator:
     def steps(self, max_tokens: int) -> "ConstrainedSteps":
         """This generator's loop as steps, for a caller that evaluates the tokens itself
         (the engine's batching loop, which decodes several replies in one batch)."""
-        return ConstrainedSteps(self.llm, self.grammar, self.gbnf, self.options, max_tokens,
+        return ConstrainedSteps(self.llm, self.grammar, self.options, max_tokens,
                                 self.fast_forward, self.hold_back_last, self.check_first,
                                 self.close_at_budget)
 
@@ -197,126 +227,103 @@ class ConstrainedSteps:
     ``Llama.eval``; the engine's batching loop drives one per constrained reply.
     """
 
-    def __init__(self, llm, grammar, gbnf: Optional[str], options: ChatOptions,
-                 max_tokens: int, fast_forward: bool, hold_back_last: bool,
-                 check_first: bool, close_at_budget: bool) -> None:
+    def __init__(self, llm, grammar: Optional[str], options: ChatOptions, max_tokens: int,
+                 fast_forward: bool, hold_back_last: bool, check_first: bool,
+                 close_at_budget: bool) -> None:
         o = options
         self.llm = llm
         self.max_tokens = max_tokens
         self.fast_forward = fast_forward
         self.hold_back_last = hold_back_last
-        self.close_at_budget = close_at_budget
         self.stats = GenerationStats()
-        self.matcher = GrammarMatcher(grammar) if grammar is not None else None
         self.pending: list[int] = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._nesting = JsonNesting() if close_at_budget else None
         seed = 0xFFFFFFFF if o.seed is None else o.seed  # LLAMA_DEFAULT_SEED: a random seed
-        self._sampler = GrammarSampler(llm, gbnf, o.temperature, o.top_k, o.top_p, o.min_p,
+        self._sampler = GrammarSampler(llm, grammar, o.temperature, o.top_k, o.top_p, o.min_p,
                                        seed, check_first)
+        self._closers: Optional[list[int]] = None
         self._started = time.perf_counter()
 
     def plan(self) -> str:
         """What the grammar decides before the next pick: the end of the reply, or forced
-        text (appended to :attr:`pending`); returns that text.
-
-        Nothing is forced while the last sampled token ended inside a UTF-8 character
-        (byte-level vocabularies split CJK characters, emoji…): llama.cpp's grammar has
-        taken those bytes, but our matcher sees text, so its forced continuation would
-        repeat them, and llama.cpp aborts on a token its grammar rejects. The next pick,
-        under llama.cpp's grammar, completes the character first.
-        """
-        stats, matcher, out = self.stats, self.matcher, []
-        while not stats.stop_reason:
-            inside_character = bool(self._utf8.getstate()[0])
-            if matcher is not None and matcher.must_end:
-                self._end("complete")
-            elif stats.tokens >= self.max_tokens:
-                self._end("max_tokens")
-            elif inside_character:
-                break
-            elif closing := self._closing_tokens(self.max_tokens - stats.tokens):
-                out.append(self._append_unsampled(*closing))
-                stats.closed_at_budget = True
-                self._end("complete")
-            elif forced := (self._forced_tokens(self.max_tokens - stats.tokens)
-                            if self.fast_forward else None):
-                out.append(self._append_unsampled(*forced))
-            else:
-                break
-        return "".join(out)
+        tokens (appended to :attr:`pending`); returns their text."""
+        stats = self.stats
+        if self._sampler.must_end:
+            self._end("complete")
+        elif stats.tokens >= self.max_tokens:
+            self._end("max_tokens")
+        elif self.fast_forward:
+            tokens = self._sampler.forced_tokens()
+            if self.hold_back_last:
+                tokens = tokens[:-1]
+            tokens = tokens[:self.max_tokens - stats.tokens]
+            if tokens:
+                self._sampler.accept(tokens)
+                self.pending += tokens
+                stats.forced_tokens += len(tokens)
+                text = self._text(tokens)
+                if self._sampler.must_end:
+                    self._end("complete")
+                elif stats.tokens >= self.max_tokens:
+                    self._end("max_tokens")
+                return text
+        return ""
 
     def pick(self, index: int) -> str:
         """Sample the next token from row ``index`` of the last evaluation's logits under
         the grammar; returns its text (the end of generation ends the reply)."""
-        token = self._sampler.sample(index)
+        token = self._sampler.sample(index, self._closing_mask())
         if self._sampler.is_end(token):
             self._end("eog")
             return ""
         self.stats.sampled_tokens += 1
-        text = self._utf8.decode(self.llm.detokenize([token]))
-        if self.matcher is not None:
-            self.matcher.feed(text)
         self.pending.append(token)
+        return self._text([token])
+
+    def _text(self, tokens: list[int]) -> str:
+        text = self._utf8.decode(self.llm.detokenize(tokens))
+        if self._nesting is not None:
+            self._nesting.feed(text)
         return text
+
+    def _closing_mask(self) -> Optional[np.ndarray]:
+        """Near the end of the budget: the grammar's mask narrowed to the first closer it
+        allows (``None`` otherwise: the sampler's usual way)."""
+        nesting = self._nesting
+        left = self.max_tokens - self.stats.tokens
+        if nesting is None or left > nesting.closing_tokens + CLOSING_MARGIN:
+            return None
+        self.stats.closed_at_budget = True
+        if self._closers is None:  # the end of the reply first, when the grammar allows it
+            import llama_cpp
+
+            vocab = self._sampler.vocab
+            self._closers = [t for t in (llama_cpp.llama_vocab_eot(vocab),
+                                         llama_cpp.llama_vocab_eos(vocab)) if t >= 0]
+            self._closers += [ids[0] for ids in (
+                self.llm.tokenize(c.encode(), add_bos=False, special=False) for c in CLOSERS)
+                if len(ids) == 1]
+        allowed = self._sampler.allowed_mask()
+        for token in self._closers:
+            if allowed[token]:
+                only = np.zeros_like(allowed)
+                only[token] = True
+                return only
+        return allowed
 
     def _end(self, reason: str) -> None:
         self.stats.stop_reason = reason
         self.stats.seconds = time.perf_counter() - self._started
         self.stats.full_masks = self._sampler.full_masks if self._sampler else 0
+        if reason == "max_tokens":
+            self.stats.closed_at_budget = False
 
     def close(self) -> None:
-        """Free the native samplers."""
+        """Free the native sampler chain."""
         if self._sampler is not None:
             if not self.stats.seconds:
                 self.stats.seconds = time.perf_counter() - self._started
                 self.stats.full_masks = self._sampler.full_masks
             self._sampler.close()
             self._sampler = None
-
-    def _forced_tokens(self, budget: int):
-        """The tokens of the forced continuation and their text (a prefix of it), or None."""
-        forced = self.matcher.forced_text() if self.matcher is not None else None
-        if not forced:
-            return None
-        tokens = self.llm.tokenize(forced.encode("utf-8"), add_bos=False, special=False)
-        if self.hold_back_last:
-            tokens = tokens[:-1]
-        tokens = tokens[:budget]
-        while tokens:
-            try:
-                text = self.llm.detokenize(tokens).decode("utf-8")
-            except UnicodeDecodeError:
-                text = None  # the last token ends inside a multi-byte character
-            if text is not None and forced.startswith(text):
-                return tokens, text
-            tokens = tokens[:-1]
-        return None
-
-    def _closing_tokens(self, budget: int):
-        """Near the end of the budget: the shortest completion's tokens, if it is due now.
-
-        A reply cut at ``max_tokens`` is not JSON; a small model can loop in an unbounded
-        array or recursion until it is. So once the shortest completion needs nearly all
-        of the remaining tokens, it is appended instead, and the reply ends complete
-        (``stats.closed_at_budget`` says so).
-        """
-        if self.matcher is None or not self.close_at_budget or budget > CLOSING_WINDOW:
-            return None
-        text = self.matcher.shortest_completion()
-        if not text:
-            return None
-        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        if len(tokens) + CLOSING_MARGIN < budget:
-            return None
-        if self.llm.detokenize(tokens).decode("utf-8", errors="replace") != text:
-            return None
-        return tokens, text
-
-    def _append_unsampled(self, tokens: list[int], text: str) -> str:
-        """Append tokens chosen by the grammar: both grammars accept them, decode later."""
-        for token in tokens:
-            self._sampler.accept(token)
-        self.matcher.feed(text)
-        self.pending += tokens
-        self.stats.forced_tokens += len(tokens)
-        return text

@@ -3,8 +3,10 @@
 JSON Schema 2020-12 leaves ``format`` an annotation unless format assertion is on;
 QuantDesk asserts the formats listed in :data:`CHECKED_FORMATS` (a reply that claims to
 be a date must be one) and treats every other format as an annotation, as the
-specification says for formats an implementation does not know. The grammar enforces a
-narrower subset of some of them (see ``json_rules.FORMATS``).
+specification says for formats an implementation does not know. The grammar (llguidance)
+enforces its own reading of date-time, time, date, email, ipv4, ipv6, uuid, hostname and
+uri; where it is wider (February 29 in any year, a leap second at any minute) the check
+here still catches the reply.
 
 Definitions:
 

@@ -1,14 +1,15 @@
 """Validate a generated result against its JSON Schema (2020-12); every problem a sentence.
 
 A grammar makes a reply *likely* valid, not certainly: the grammar may not enforce some
-feature (reported up front by :mod:`.schema_grammar`), a reply may be cut by the token
+keyword (reported up front by :mod:`.schema_policy`), a reply may be cut by the token
 budget, and a model may stop early. So every result is checked here before it is shown
 as structured output, against *every* keyword the grammar may skip: ``not``,
 ``contains``/``minContains``/``maxContains``, ``if``/``then``/``else``, ``prefixItems``,
 ``dependentRequired``, ``dependentSchemas``, ``propertyNames``, ``patternProperties``,
 ``multipleOf``, ``uniqueItems``, ``minProperties``/``maxProperties`` and the formats of
-:mod:`.formats` (format assertion on). What it cannot check is refused before
-generating (:mod:`.schema_check`), so "valid" always means valid. No extra dependency;
+:mod:`.formats` (format assertion on). What it cannot check (references to other
+documents, ``unevaluated*``) is named before generating (:mod:`.schema_policy`), so
+"valid" always says what it checked. No extra dependency;
 tests compare every verdict with the ``jsonschema`` package.
 
 JSON semantics, not Python's: ``1`` and ``1.0`` are the same number (also in ``enum``,

@@ -31,10 +31,26 @@ def smollm2_engine(smollm2_gguf):
 RAW_GREEDY = r"""
 import json, sys
 import llama_cpp
+import numpy as np
 llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=1024, n_threads=2, verbose=False)
-grammar = llama_cpp.LlamaGrammar.from_string(sys.argv[4], verbose=False) if len(sys.argv) > 4 else None
+processors = None
+if len(sys.argv) > 4:  # an llguidance grammar: its whole-vocabulary mask on every token
+    from llguidance import LLMatcher
+    from llguidance.llamacpp import lltokenizer_from_vocab
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    ends = [t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+    matcher = LLMatcher(lltokenizer_from_vocab(vocab, eos_token=ends), sys.argv[4])
+    seen = []
+    def mask(input_ids, scores):
+        if seen:
+            assert matcher.consume_tokens([int(t) for t in input_ids[seen[0]:]])
+        seen[:] = [len(input_ids)]
+        bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8),
+                             bitorder="little")[:len(scores)].astype(bool)
+        return np.where(bits, scores, -np.inf)
+    processors = llama_cpp.LogitsProcessorList([mask])
 out = llm.create_chat_completion(messages=json.loads(sys.argv[2]), max_tokens=int(sys.argv[3]),
-                                 temperature=0.0, grammar=grammar)
+                                 temperature=0.0, logits_processor=processors)
 print(json.dumps({"text": out["choices"][0]["message"]["content"],
                   "completion_tokens": out["usage"]["completion_tokens"],
                   "prompt_tokens": out["usage"]["prompt_tokens"]}))
@@ -43,7 +59,8 @@ print(json.dumps({"text": out["choices"][0]["message"]["content"],
 
 def raw_greedy_reply(model, messages, max_tokens, grammar=None) -> dict:
     """llama-cpp-python's greedy chat reply (text and token counts), in a separate process;
-    with ``grammar`` (GBNF text), constrained by llama-cpp-python's own grammar support."""
+    with ``grammar`` (an llguidance grammar), constrained by a logits processor that applies
+    llguidance's whole-vocabulary mask to every token (no check-first, no fast-forward)."""
     extra = [grammar] if grammar is not None else []
     result = subprocess.run([sys.executable, "-c", RAW_GREEDY, str(model), json.dumps(messages),
                              str(max_tokens), *extra], capture_output=True, text=True, timeout=300)

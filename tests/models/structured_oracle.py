@@ -66,3 +66,10 @@ FORMAT_CHECKER.checks("date-time")(_date_time)
 def oracle_valid(schema, value) -> bool:
     """jsonschema's verdict, draft 2020-12, format assertion on."""
     return jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).is_valid(value)
+
+
+def oracle_valid_in_its_draft(schema, value) -> bool:
+    """``jsonschema``'s verdict under the draft the schema declares (``$schema``; 2020-12
+    when it names none), with the same format checks."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=FORMAT_CHECKER).is_valid(value)

@@ -3,7 +3,8 @@
 Issue 7 asks for at least 20 schemas of varied features — nested objects, arrays with
 min/max items, enums, numbers with bounds, required/optional, $ref, anyOf, string
 formats — whose SmolLM2 outputs all parse and validate. ``UNSUPPORTED`` lists schemas
-with features the grammar cannot enforce, each with the JSON pointer it must report.
+with keywords the grammar cannot enforce, each with the JSON pointer it must report;
+``ENFORCED`` those it enforces although they once were refused.
 """
 
 from __future__ import annotations
@@ -134,44 +135,93 @@ SUPPORTED = {
     "any-json": ("Describe a cat as JSON with two fields.", {}),
 }
 
-# schema, the JSON pointers that must be reported (at least these).
+# Constraining keywords the grammar does not enforce: schema, the JSON pointers that must
+# be reported (at least these). Refused when strict; generated and checked otherwise.
 UNSUPPORTED = {
-    "multiple-of": ({"type": "integer", "multipleOf": 5}, ["/multipleOf"]),
+    "not": ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}},
+            ["/properties/a/not"]),
     "unique-items": ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
                      ["/uniqueItems"]),
-    "format-uri": ({"type": "object", "properties": {"home": {"type": "string", "format": "uri"}}},
-                   ["/properties/home/format"]),
     "lookahead": ({"type": "string", "pattern": "^(?=.*[0-9]).{8,}$"}, ["/pattern"]),
     "overlapping-oneof": ({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 3}]},
                           ["/oneOf"]),
-    "fractional-bound": ({"type": "number", "minimum": 0.5}, ["/minimum"]),
-    "min-properties": ({"type": "object", "minProperties": 2}, ["/minProperties"]),
-    "prefix-items": ({"type": "array", "prefixItems": [{"type": "integer"}]}, ["/prefixItems"]),
+    "min-properties-optional": ({"type": "object", "properties": {"a": {}}, "minProperties": 1},
+                                ["/minProperties"]),
+    "if-then": ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+                ["/if", "/then"]),
+    "contains": ({"type": "array", "contains": {"const": 1}}, ["/contains"]),
     "nested-deep": ({"type": "object", "properties": {"a": {"type": "array", "items": {
-        "type": "object", "properties": {"b": {"type": "number", "exclusiveMaximum": 1.5}}}}}},
-        ["/properties/a/items/properties/b/exclusiveMaximum"]),
+        "type": "object", "properties": {"b": {"type": "string", "propertyNames": {}}},
+        "propertyNames": {"maxLength": 3}}}}},
+        ["/properties/a/items/propertyNames"]),
 }
 
-# Schemas refused outright, even with allow_unsupported (neither the grammar nor the
-# validator could honour them, or they are malformed): schema, the pointer in the sentence.
-REFUSED = {
+# Parts neither the grammar nor the validator can read: listed like UNSUPPORTED (refused
+# when strict), and without strict the rest of the schema is generated and checked.
+UNCHECKED = {
     "remote-ref": ({"$ref": "https://example.com/schema.json"}, "/$ref"),
-    "missing-anchor": ({"$ref": "#nowhere"}, "/$ref"),
-    "missing-pointer": ({"$ref": "#/$defs/absent"}, "/$ref"),
     "dynamic-ref": ({"$dynamicRef": "#meta"}, "/$dynamicRef"),
     "unevaluated": ({"type": "object", "unevaluatedProperties": False}, "/unevaluatedProperties"),
+}
+
+# Keywords the old converter refused that the grammar now enforces exactly.
+ENFORCED = {
+    "multiple-of": {"type": "integer", "multipleOf": 5},
+    "format-uri": {"type": "object", "properties": {"home": {"type": "string", "format": "uri"}}},
+    "fractional-bound": {"type": "number", "minimum": 0.5},
+    "exclusive-number": {"type": "number", "exclusiveMinimum": 0},
+    "min-properties": {"type": "object", "properties": {"a": {}, "b": {}},
+                       "required": ["a", "b"], "minProperties": 2},
+    "prefix-items": {"type": "array", "prefixItems": [{"type": "integer"}]},
+    "pattern-properties": {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}},
+    "length-and-pattern": {"type": "string", "maxLength": 8, "pattern": "^[a-z]+$"},
+    "unicode-property-pattern": {"type": "string", "pattern": "\\p{L}+"},
+    "draft-04": {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+                 "id": "shape", "properties": {"radius": {"type": "number", "minimum": 0,
+                                                          "exclusiveMinimum": True}},
+                 "required": ["radius"]},
+    "draft-07-tuple": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+                       "items": [{"type": "integer"}, {"type": "string"}],
+                       "additionalItems": False},
+    "annotations": {"type": "object", "title": "T", "description": "d", "examples": [{}],
+                    "example": {}, "readonly": True, "javaType": "x.Y", "self": {"a": 1},
+                    "_format": "x", "x-vendor": 1, "$comment": "c", "deprecated": False,
+                    "properties": {"a": {"type": "string", "format": "no-such-format",
+                                         "default": "z", "readOnly": True}}},
+    "disjoint-oneof-const": {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+         "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "x": {"type": "integer"}},
+         "required": ["kind"]}]},
+    "dependent-required": {"type": "object", "properties": {"a": {}, "b": {}},
+                           "dependentRequired": {"a": ["b"]}},
+    "unique-enum-items": {"type": "array", "items": {"enum": ["x", "y", "z"]},
+                          "uniqueItems": True},
+}
+
+# Schemas refused outright, even with allow_unsupported (malformed):
+# schema, the pointer in the sentence.
+REFUSED = {
+    "missing-anchor": ({"$ref": "#nowhere"}, "/$ref"),
+    "missing-pointer": ({"$ref": "#/$defs/absent"}, "/$ref"),
     "ref-loop": ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
                   "$ref": "#/$defs/a"}, "/$ref"),
-    "unicode-property-pattern": ({"type": "string", "pattern": "\\p{L}+"}, "/pattern"),
     "bad-pattern-property": ({"patternProperties": {"(": {}}}, "/patternProperties/("),
     "string-min-length": ({"type": "string", "minLength": "3"}, "/minLength"),
     "negative-multiple": ({"type": "number", "multipleOf": -2}, "/multipleOf"),
     "unknown-type": ({"type": "text"}, "/type"),
-    "nested-id": ({"properties": {"a": {"$id": "http://x/a", "type": "string"}}}, "/properties/a/$id"),
     "false-root": (False, "/"),
+}
+
+# Schemas no value can match: named (pointer and sentence) like UNSUPPORTED, refused when
+# strict; without strict every reply fails the check.
+UNSATISFIABLE = {
     "required-false": ({"type": "object", "properties": {"a": False}, "required": ["a"]},
                        "/properties/a"),
-    "tuple-items": ({"type": "array", "items": [{"type": "integer"}]}, "/items"),
+    "empty-enum": ({"enum": []}, ""),
+    "string-bounds": ({"type": "string", "minLength": 5, "maxLength": 2}, ""),
+    "number-bounds": ({"type": "number", "minimum": 5, "maximum": 1}, ""),
+    "integer-bounds": ({"type": "integer", "minimum": 5, "maximum": 1}, ""),
 }
 
 

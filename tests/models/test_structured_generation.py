@@ -1,10 +1,9 @@
 """Structured output on the real SmolLM2: every reply parses and validates; fast-forward.
 
 Generation runs in a subprocess (tests/models/structured_runner.py) that loads the model
-once for the module: llama.cpp aborts the process if its grammar and ours ever disagree
-about a forced token, and that must fail a test, not kill the run. The oracles are
-llama.cpp itself (its grammar sampler constrains every sampled token and accepts every
-forced one, and its parser judges our grammars) and the schema (every reply validated).
+once for the module: a native fault must fail a test, not kill the run. The oracle is the
+schema: every reply validated (llguidance's matcher also refuses any forced token its
+grammar does not allow, which would end the run with an error).
 """
 
 from __future__ import annotations
@@ -15,31 +14,12 @@ import sys
 
 import pytest
 
-from models.structured import constraint_for_schema, schema_to_grammar
+from models.structured import constraint_for_schema
 from tests.conftest import REPO_ROOT
 from tests.models.conftest import TEST_THREADS
 from tests.models.structured_schemas import SUPPORTED
 
 pytestmark = [pytest.mark.smollm2]
-
-LLAMA_CPP_VERDICTS = r"""
-import json, sys
-import llama_cpp
-llm = llama_cpp.Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
-vocab = llama_cpp.llama_model_get_vocab(llm.model)
-verdicts = []
-for text in json.loads(sys.stdin.read()):
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
-    verdicts.append(bool(sampler))
-    if sampler:
-        llama_cpp.llama_sampler_free(sampler)
-print(json.dumps(verdicts))
-"""
-
-BAD_GRAMMARS = ['root ::= "a"\nfoo ::= bar\n', 'root ::= "abc\n', "root ::= [a-z\n",
-                'root ::= ("a" | "b"\n', 'root = "a"\n', 'root ::= "\\q"\n',
-                'root ::= root "a" | "b"\n', 'root ::= * "a"\n']
-
 
 @pytest.fixture(scope="module")
 def replies(smollm2_gguf):
@@ -81,8 +61,8 @@ def test_fast_forward_appends_tokens_without_sampling(replies):
     total = sum(row["forced"] + row["sampled"] for row in ff)
     assert forced / total > 0.12, (forced, total)
     assert sum(row["sampled"] for row in ff) < sum(row["sampled"] for row in plain)
-    # Plain decoding appends unsampled tokens only to close a reply at the budget.
-    assert all(row["forced"] == 0 for row in plain if not row["closed"])
+    # Plain decoding samples every token (closing at the budget narrows the mask only).
+    assert all(row["forced"] == 0 for row in plain)
 
 
 @pytest.mark.slow
@@ -93,13 +73,3 @@ def test_fast_forward_keeps_most_greedy_replies_identical(replies):
     same). Holding back the last forced token keeps most replies identical."""
     same = [case for case in SUPPORTED if replies[case, "ff"]["text"] == replies[case, "plain"]["text"]]
     assert len(same) >= 0.5 * len(SUPPORTED), sorted(set(SUPPORTED) - set(same))
-
-
-def test_llama_cpp_agrees_with_our_parser_on_grammars(smollm2_gguf):
-    good = [schema_to_grammar(schema).gbnf for _, schema in SUPPORTED.values()]
-    result = subprocess.run([sys.executable, "-c", LLAMA_CPP_VERDICTS, str(smollm2_gguf)],
-                            input=json.dumps(good + BAD_GRAMMARS), capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    verdicts = json.loads(result.stdout.strip().splitlines()[-1])
-    assert verdicts == [True] * len(good) + [False] * len(BAD_GRAMMARS)

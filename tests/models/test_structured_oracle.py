@@ -1,7 +1,7 @@
 """Structured output against independent judges: ``jsonschema`` for the validator, the
-generated corpus for the grammar, random and mutated schemas for the error path, and
-separate processes for determinism (no model needed; llama.cpp's verdict on grammars is
-in test_structured_gbnf_llama.py).
+generated corpus for the grammar (llguidance run over the value's bytes), random and
+mutated schemas for the error path, and separate processes for determinism (no model
+needed).
 
 Counts are exact and reproducible: the corpora are seeded (tests/models/
 structured_corpus.py), and each test asserts how many cases it compared.
@@ -20,14 +20,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.errors import QuantDeskError
-from models.structured import (GrammarMatcher, constraint_for_schema, parse_gbnf, schema_to_grammar,
+from models.structured import (constraint_for_schema, plan_schema,
                                validation_errors)
+from models.structured.guidance import grammar_accepts
 from models.structured.formats import CHECKED_FORMATS, format_ok
 from models.structured.validate import is_multiple, json_equal, validate
 from tests.conftest import REPO_ROOT
 from tests.models.structured_corpus import FORMAT_SAMPLES, CorpusGenerator
 from tests.models.structured_oracle import FORMAT_CHECKER, oracle_valid
-from tests.models.structured_schemas import REFUSED, SUPPORTED
+from tests.models.structured_schemas import REFUSED, SUPPORTED, UNSATISFIABLE
 
 PAIRS = 10_000
 FUZZ = 10_000
@@ -43,15 +44,14 @@ _GRAMMARS: dict[str, tuple] = {}
 
 
 def _converted(schema):
-    """(SchemaGrammar, parsed grammar) or (None, None) when refused; cached per schema text,
-    since the corpus repeats schemas and two tests walk it."""
+    """The schema's plan, or None when it is refused; cached per schema text, since the
+    corpus repeats schemas and two tests walk it."""
     key = json.dumps(schema, sort_keys=True)
     if key not in _GRAMMARS:
         try:
-            converted = schema_to_grammar(schema)
-            _GRAMMARS[key] = (converted, parse_gbnf(converted.gbnf))
+            _GRAMMARS[key] = plan_schema(schema)
         except QuantDeskError:
-            _GRAMMARS[key] = (None, None)
+            _GRAMMARS[key] = None
     return _GRAMMARS[key]
 
 
@@ -116,16 +116,34 @@ def test_every_checked_format_agrees_with_the_oracle_both_ways(fmt):
     assert [format_ok(s, fmt) for s in samples] == verdicts
 
 
-def _compact(value) -> str:
-    """The grammar's spelling of a value: compact, integral numbers without a fraction."""
+def _compact(value, keep_sign: bool = False) -> str:
+    """The grammar's spelling of a value: compact, integral numbers without a fraction
+    (an enum's or const's ``-0.0`` as ``-0`` with ``keep_sign``)."""
     if isinstance(value, float) and value.is_integer():
+        if keep_sign and value == 0 and str(value).startswith("-"):
+            return "-0"
         value = int(value)
     if isinstance(value, list):
-        return "[" + ",".join(_compact(v) for v in value) + "]"
+        return "[" + ",".join(_compact(v, keep_sign) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _compact(v)
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _compact(v, keep_sign)
                               for k, v in value.items()) + "}"
     return json.dumps(value, ensure_ascii=False)
+
+
+def _spellings(schema, value) -> list[str]:
+    """The ways the grammar may write ``value``: compact; an enum or const member as the
+    schema writes it (``-0.0``); a multiple of a decimal step with the step's decimals
+    (``0.50`` for a multiple of 0.25)."""
+    texts = [_compact(value)]
+    members = schema.get("enum", []) + ([schema["const"]] if "const" in schema else [])
+    texts += [_compact(m, keep_sign=True)
+              for m in members if isinstance(members, list) and json_equal(m, value)]
+    step = schema.get("multipleOf")
+    if isinstance(step, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        decimals = len(repr(step).split(".")[1])
+        texts.append(f"{value:.{decimals}f}")
+    return texts
 
 
 def test_no_invalid_value_passes_both_grammar_and_validator(corpus):
@@ -136,15 +154,10 @@ def test_no_invalid_value_passes_both_grammar_and_validator(corpus):
         if oracle_valid(schema, value):
             continue
         checked += 1
-        grammar = _converted(schema)[1]
-        if grammar is None:
+        plan = _converted(schema)
+        if plan is None:
             continue  # refused before generating: nothing can pass
-        matcher = GrammarMatcher(grammar)
-        try:
-            matcher.feed(_compact(value))
-        except ValueError:
-            continue
-        if matcher.can_end:
+        if grammar_accepts(plan.grammar, _compact(value)):
             passed_grammar += 1
             assert validation_errors(value, schema) != [], (schema, value)
     print(f"invalid values: {checked}, passing the grammar: {passed_grammar}, passing both: 0")
@@ -154,7 +167,7 @@ def test_no_invalid_value_passes_both_grammar_and_validator(corpus):
 def test_grammar_allows_valid_values_of_fully_enforced_schemas(corpus):
     """Values jsonschema accepts, for schemas the grammar enforces completely, are
     producible by the grammar in the grammar's spelling (compact, integral numbers
-    unpointed). Left out here: schemas whose objects fix a key order (properties,
+    unpointed, or as :func:`_spellings` says). Left out here: schemas whose objects fix a key order (properties,
     required; covered by test_structured_grammar.py) and formats, where the grammar
     writes a documented subset (no leap seconds, lowercase uuid, dot-atom emails)."""
     tried = accepted = 0
@@ -162,18 +175,13 @@ def test_grammar_allows_valid_values_of_fully_enforced_schemas(corpus):
     for schema, value in corpus:
         if not isinstance(schema, dict) or not oracle_valid(schema, value):
             continue
-        converted, grammar = _converted(schema)
+        plan = _converted(schema)
         text = json.dumps(schema)
-        if converted is None or converted.unsupported or \
+        if plan is None or plan.problems or \
                 any(k in text for k in ('"properties"', '"required"', '"format"')):
             continue
         tried += 1
-        matcher = GrammarMatcher(grammar)
-        try:
-            matcher.feed(_compact(value))
-            ok = matcher.can_end
-        except ValueError:
-            ok = False
+        ok = any(grammar_accepts(plan.grammar, text) for text in _spellings(schema, value))
         accepted += ok
         if not ok:
             failures.append((schema, value))
@@ -212,9 +220,7 @@ def test_fuzzed_schemas_raise_nothing_but_sentences():
         for step in ("constraint", "validate"):
             try:
                 if step == "constraint":
-                    constraint = constraint_for_schema(schema, allow_unsupported=bool(i % 2))
-                    if i % 10 == 0:
-                        parse_gbnf(constraint.gbnf)
+                    constraint_for_schema(schema, allow_unsupported=bool(i % 2))
                 else:
                     validate(json.dumps(value), schema)
                 outcomes[step, "ok"] += 1
@@ -239,7 +245,7 @@ def test_refused_schemas_are_sentences_even_when_generating_anyway(name):
 
 DETERMINISM = r"""
 import hashlib, json, sys
-from models.structured import schema_to_grammar
+from models.structured import plan_schema
 from tests.models.structured_schemas import SUPPORTED
 from tests.models.structured_corpus import CorpusGenerator
 schemas = [s for _, s in SUPPORTED.values()] + [
@@ -250,7 +256,7 @@ schemas += [s for s, _ in CorpusGenerator(5).pairs(150)]
 digest = hashlib.sha256()
 for schema in schemas:
     try:
-        digest.update(schema_to_grammar(schema).gbnf.encode())
+        digest.update(plan_schema(schema).grammar.encode())
     except Exception as exc:
         digest.update(type(exc).__name__.encode())
 print(digest.hexdigest())
@@ -293,10 +299,7 @@ def test_references_follow_rfc_6901_and_anchors():
                              "r": {"$ref": "#named"}}}
     assert validation_errors({"p": 1, "q": "x", "r": None}, schema) == []
     assert len(validation_errors({"p": "1", "q": 2, "r": 0}, schema)) == 3
-    grammar = parse_gbnf(schema_to_grammar(schema).gbnf)
-    matcher = GrammarMatcher(grammar)
-    matcher.feed('{"p":1,"q":"x","r":null}')
-    assert matcher.can_end
+    assert grammar_accepts(plan_schema(schema).grammar, '{"p":1,"q":"x","r":null}')
 
 
 def test_reply_parsing_refuses_non_json_numbers_and_huge_integers_with_sentences():
@@ -306,19 +309,14 @@ def test_reply_parsing_refuses_non_json_numbers_and_huge_integers_with_sentences
 
 
 def _accepts(schema, text: str) -> bool:
-    matcher = GrammarMatcher(parse_gbnf(schema_to_grammar(schema).gbnf))
-    try:
-        matcher.feed(text)
-    except ValueError:
-        return False
-    return matcher.can_end
+    return grammar_accepts(plan_schema(schema).grammar, text)
 
 
-def test_free_form_objects_allow_any_object_and_closed_objects_are_shown():
+def test_objects_allow_the_properties_the_schema_allows():
     assert _accepts({"type": "object"}, '{"a":1,"b":[true]}')
-    converted = schema_to_grammar({"type": "object", "properties": {"a": {}}})
-    assert converted.restrictions and not converted.unsupported
-    assert constraint_for_schema({"type": "object", "properties": {"a": {}}}).restrictions
+    assert _accepts({"type": "object", "properties": {"a": {}}}, '{"a":1,"b":2}')
+    closed = {"type": "object", "properties": {"a": {}}, "additionalProperties": False}
+    assert _accepts(closed, '{"a":1}') and not _accepts(closed, '{"a":1,"b":2}')
 
 
 def test_false_subschemas_are_honoured_exactly():
@@ -351,19 +349,25 @@ def test_email_and_time_formats_in_the_grammar_pass_the_validator():
 
 def test_supported_schemas_still_convert_without_reports():
     for name, (_, schema) in SUPPORTED.items():
-        assert schema_to_grammar(schema).unsupported == [], name
+        assert plan_schema(schema).problems == [], name
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "string", "minLength": 5, "maxLength": 2}, {"type": "string", "minLength": 3000},
-    {"type": "array", "maxItems": 5000}, {"type": "array", "minItems": 2500, "maxItems": 2600},
-    {"type": "number", "minimum": 5, "maximum": 1}, {"type": "integer", "minimum": 5, "maximum": 1}])
-def test_contradictory_or_huge_counts_are_reported_and_the_grammar_still_parses(schema):
-    converted = schema_to_grammar(schema)
-    assert converted.unsupported
-    parse_gbnf(converted.gbnf)  # llama.cpp refuses 2000+ copies; the grammar stays below
+@pytest.mark.parametrize("name", sorted(UNSATISFIABLE))
+def test_schemas_no_value_matches_are_named_and_refused_when_strict(name):
+    schema, pointer = UNSATISFIABLE[name]
+    with pytest.raises(QuantDeskError, match="no value can match"):
+        constraint_for_schema(schema)
+    constraint = constraint_for_schema(schema, allow_unsupported=True)
+    assert [p.pointer for p in constraint.not_enforced] == [pointer]
 
 
-def test_an_empty_enum_is_refused():
-    with pytest.raises(QuantDeskError, match="lists no values"):
-        constraint_for_schema({"enum": []}, allow_unsupported=True)
+@pytest.mark.parametrize("schema,good,bad", [
+    ({"type": "string", "minLength": 3000}, '"' + "a" * 3000 + '"', '"' + "a" * 2999 + '"'),
+    ({"type": "array", "minItems": 2500, "maxItems": 2600}, "[" + ",".join(["0"] * 2500) + "]",
+     "[" + ",".join(["0"] * 2601) + "]")])
+def test_huge_counts_are_enforced_exactly(schema, good, bad):
+    plan = plan_schema(schema)
+    assert plan.problems == []
+    assert grammar_accepts(plan.grammar, good) and not grammar_accepts(plan.grammar, bad)
+
+

@@ -39,6 +39,7 @@ class ConversationSettings:
                 "sampling": sampling_of(sampling),
                 "json_mode": self.panel.json_mode.enabled.isChecked(),
                 "schema_text": self.panel.json_mode.schema.toPlainText(),
+                "schema_strict": self.panel.json_mode.strict.isChecked(),
                 "thinking": self.panel.sampling.thinking_choice()}
 
     def _show_thinking_switch(self, chosen=None) -> None:
@@ -69,6 +70,7 @@ class ConversationSettings:
         panel.system_prompt.setPlainText(values.get("system_prompt", ""))
         panel.json_mode.enabled.setChecked(bool(values.get("json_mode")))
         panel.json_mode.schema.setPlainText(values.get("schema_text", ""))
+        panel.json_mode.strict.setChecked(values.get("schema_strict", True) is not False)
         self._show_thinking_switch(values.get("thinking"))
         for widget in (panel.sampling, panel.system_prompt, panel.json_mode):
             widget.blockSignals(False)

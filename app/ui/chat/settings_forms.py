@@ -145,7 +145,9 @@ class SamplingForm(QWidget):
 
 
 class JsonModeForm(QWidget):
-    """The JSON mode toggle and its schema editor, checked as the person types."""
+    """The JSON mode toggle, its schema editor and the Strict switch; under the editor, as
+    the person types, the verdict ``quantdesk schema check`` gives: enforced exactly, or
+    each keyword the grammar would not enforce with its JSON pointer."""
 
     changed = Signal()
 
@@ -159,12 +161,18 @@ class JsonModeForm(QWidget):
         self.schema.setAccessibleName("JSON schema")
         self.schema.setPlaceholderText("Empty: any JSON value. Or paste a JSON Schema.")
         self.schema.setMaximumHeight(160)
+        self.strict = QCheckBox("Strict: refuse a schema not enforced exactly")
+        self.strict.setAccessibleName("Strict schema")
+        self.strict.setChecked(True)
+        self.strict.setToolTip("Off: generate under what the grammar enforces, check the reply "
+                               "against the whole schema, and say whether it matched.")
         self.problems = QLabel()
         self.problems.setObjectName("schemaProblems")
         self.problems.setWordWrap(True)
         self.problems.setAccessibleName("Schema problems")
         layout.addWidget(self.enabled)
         layout.addWidget(self.schema)
+        layout.addWidget(self.strict)
         layout.addWidget(self.problems)
         self._timer = QTimer(self, singleShot=True, interval=250)  # check after typing pauses
         self._timer.timeout.connect(self.check)
@@ -172,13 +180,15 @@ class JsonModeForm(QWidget):
         self.schema.textChanged.connect(self.changed)
         self.enabled.toggled.connect(self.changed)
         self.enabled.toggled.connect(lambda _: self.check())
+        self.strict.toggled.connect(self.changed)
+        self.strict.toggled.connect(lambda _: self.check())
 
     def output_fields(self) -> dict:
         """ChatOptions fields for the mode on screen.
 
         Raises:
-            QuantDeskError: The schema is not JSON, or uses features the grammar cannot
-                enforce (each listed) — before anything is sent.
+            QuantDeskError: The schema is not JSON, is malformed, or (Strict) uses
+                keywords the grammar cannot enforce (each listed) — before anything is sent.
         """
         from app.core.errors import QuantDeskError
 
@@ -194,17 +204,36 @@ class JsonModeForm(QWidget):
                                  f"{exc.colno}: {exc.msg}).", "Fix it, or empty the box for any JSON.") from None
         from models.structured.constraint import constraint_for_schema
 
-        constraint_for_schema(schema)  # lists unsupported features, before sending
-        return dict(response_format="json_schema", schema=schema)
+        allow = not self.strict.isChecked()
+        constraint_for_schema(schema, allow_unsupported=allow)  # refusals before sending
+        return dict(response_format="json_schema", schema=schema, allow_unsupported=allow)
 
     def check(self) -> bool:
-        """Show the schema's problems under it; True when there are none."""
+        """Show the schema's verdict under it; True when it can be sent."""
         from app.core.errors import QuantDeskError
+        from models.structured.schema_policy import schema_verdict
 
+        text = self.schema.toPlainText().strip()
+        if not self.enabled.isChecked() or not text:
+            self.problems.setText("")
+            return True
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.problems.setText(f"The schema is not valid JSON (line {exc.lineno}, column "
+                                  f"{exc.colno}: {exc.msg}).")
+            return False
+        enforced, problems = schema_verdict(schema)
+        if enforced:
+            self.problems.setText("✓ Enforced exactly: every reply will match the schema.")
+            return True
+        listed = "\n".join(f"• {p.pointer or '/'}: {p.message}" for p in problems)
         try:
             self.output_fields()
-        except QuantDeskError as exc:
-            self.problems.setText(exc.user_message)
+        except QuantDeskError:
+            self.problems.setText(f"Not enforced exactly, so a strict request is refused:\n"
+                                  f"{listed}")
             return False
-        self.problems.setText("")
+        self.problems.setText(f"Not enforced exactly; generating anyway, each reply checked "
+                              f"against the whole schema:\n{listed}")
         return True
