@@ -58,10 +58,13 @@ def output_options(args: argparse.Namespace) -> dict:
                                  "Fix the file, or check it in a JSON validator.") from None
         from models.structured import constraint_for_schema
 
-        # Generating anyway: say what the grammar does not enforce (each reply is checked).
+        # Generating anyway: say what the grammar does not enforce (each reply is checked),
+        # and where it is narrower than the schema (keys it does not list).
         constraint = constraint_for_schema(schema, allow_unsupported=args.allow_unsupported)
         for problem in constraint.not_enforced:
             print(f"Note: not enforced while generating: {problem}", file=sys.stderr)
+        for note in constraint.restrictions:
+            print(f"Note: at {note.pointer or '/'}, {note.message}", file=sys.stderr)
         return dict(response_format="json_schema", schema=schema,
                     allow_unsupported=args.allow_unsupported)
     if args.grammar is not None:

@@ -39,12 +39,15 @@ class OutputConstraint:
         schema: The JSON Schema replies are validated against (2020-12 form) for ``schema``.
         not_enforced: Schema keywords the grammar does not enforce (only when the user
             allowed them); validation still checks them.
+        restrictions: Where the grammar is narrower than the schema in a way the user may
+            notice (keys the schema does not list are never generated); never refused.
     """
 
     kind: str
     grammar: str
     schema: Optional[Any] = None
     not_enforced: tuple[SchemaProblem, ...] = ()
+    restrictions: tuple[SchemaProblem, ...] = ()
 
     def check(self, text: str) -> Any:
         """Validate a finished reply: the parsed JSON, or the text itself for ``gbnf``.
@@ -97,7 +100,8 @@ def constraint_for_schema(schema: Any, allow_unsupported: bool = False) -> Outpu
     plan = schema_plan(schema)
     if plan.problems and not allow_unsupported:
         raise refusal(plan.problems)
-    return OutputConstraint("schema", plan.grammar, plan.schema, tuple(plan.problems))
+    return OutputConstraint("schema", plan.grammar, plan.schema, tuple(plan.problems),
+                            tuple(plan.restrictions))
 
 
 def constraint_for_any_json() -> OutputConstraint:

@@ -10,10 +10,12 @@ vocabulary mask, one forward pass for many tokens.
 
 Token boundaries: the canonical split of a forced text may differ from the tokens the
 model would pick one by one. With ``hold_back_last=True`` (the default) the last token of
-a forced run is left to the sampler, which, under the grammar, may pick it or a longer
-token that also covers the next free characters; that keeps the greedy output equal to
-plain constrained decoding more often (measured in tests/benchmarks/bench_structured.py;
-see README.md).
+a forced run is left to the sampler (llguidance's ``compute_ff_tokens`` leaves out a last
+token the model could extend: ``":"`` before a string's first letters), which, under the
+grammar, may pick it or a longer token that also covers the next free characters; that
+keeps the greedy output equal to plain constrained decoding more often. ``False`` forces
+the canonical tokens of the whole forced text (measured in
+tests/benchmarks/bench_structured.py; see README.md).
 
 When the grammar is complete and nothing may follow, generation stops without asking the
 model for an end-of-turn token. Near ``max_tokens`` a JSON reply the model has not
@@ -34,14 +36,17 @@ from app.core.jobs import CancelToken
 from models.engine.options import ChatOptions
 from models.structured.sampler import GrammarSampler
 
-# Closing a JSON reply at its budget starts when the tokens left are no more than the
-# open strings, objects and arrays plus this margin (a required key still to come, a
-# value to write).
-CLOSING_MARGIN = 6
-# What closes a JSON reply soonest, best first: end the string / object / array, the
-# shortest values, then a comma (a required key may still be missing).
-CLOSERS = ('"', "}", "]", '"}', '"]', "}}", "]}", "}]", "0", "null", "true", "false", '""',
-           "[]", "{}", ",", "a")
+# Closing a JSON reply at its budget starts when the tokens left are no more than two
+# per open object or array (a required key may still be missing: its key, then a value),
+# one for an open string, plus this margin.
+CLOSING_MARGIN = 4
+# What closes a JSON reply soonest, best first: end the string / object / array (several
+# at once first), the shortest values, then a comma (a required key may still be missing).
+CLOSERS = ('"}]}', '"]}', '"}}', '"}]', '"}', '"]', "}]}", "]}", "}}", "}]", '"', "}", "]",
+           "0", "1", "null", "true", "false", '""', "[]", "{}", '",', ",", "a")
+# Inside a string, after what ends it: what ends a date-time or time (a zone), then a
+# plain letter or digit (a string that must be longer, or match a pattern).
+STRING_CLOSERS = ("Z", "a", "0")
 
 
 @dataclass
@@ -106,7 +111,7 @@ class JsonNesting:
     @property
     def closing_tokens(self) -> int:
         """About how many tokens the shortest ending needs."""
-        return self.open + self.in_string
+        return 2 * self.open + self.in_string
 
 
 class ConstrainedGenerator:
@@ -242,7 +247,7 @@ class ConstrainedSteps:
         seed = 0xFFFFFFFF if o.seed is None else o.seed  # LLAMA_DEFAULT_SEED: a random seed
         self._sampler = GrammarSampler(llm, grammar, o.temperature, o.top_k, o.top_p, o.min_p,
                                        seed, check_first)
-        self._closers: Optional[list[int]] = None
+        self._closers: Optional[dict[bool, list[int]]] = None
         self._started = time.perf_counter()
 
     def plan(self) -> str:
@@ -254,9 +259,7 @@ class ConstrainedSteps:
         elif stats.tokens >= self.max_tokens:
             self._end("max_tokens")
         elif self.fast_forward:
-            tokens = self._sampler.forced_tokens()
-            if self.hold_back_last:
-                tokens = tokens[:-1]
+            tokens = self._sampler.forced_tokens(whole=not self.hold_back_last)
             tokens = tokens[:self.max_tokens - stats.tokens]
             if tokens:
                 self._sampler.accept(tokens)
@@ -299,13 +302,19 @@ class ConstrainedSteps:
             import llama_cpp
 
             vocab = self._sampler.vocab
-            self._closers = [t for t in (llama_cpp.llama_vocab_eot(vocab),
-                                         llama_cpp.llama_vocab_eos(vocab)) if t >= 0]
-            self._closers += [ids[0] for ids in (
-                self.llm.tokenize(c.encode(), add_bos=False, special=False) for c in CLOSERS)
-                if len(ids) == 1]
+            ends = [t for t in (llama_cpp.llama_vocab_eot(vocab), llama_cpp.llama_vocab_eos(vocab))
+                    if t >= 0]
+            single = {c: ids[0] for c in CLOSERS
+                      for ids in [self.llm.tokenize(c.encode(), add_bos=False, special=False)]
+                      if len(ids) == 1}
+            # Inside a string only what ends it helps; outside, what starts one does not.
+            self._closers = {
+                True: ends + [t for c, t in single.items() if c.startswith('"') and c != '""']
+                + [self.llm.tokenize(c.encode(), add_bos=False, special=False)[0]
+                   for c in STRING_CLOSERS],
+                False: ends + [t for c, t in single.items() if not c.startswith('"') or c == '""']}
         allowed = self._sampler.allowed_mask()
-        for token in self._closers:
+        for token in self._closers[nesting.in_string]:
             if allowed[token]:
                 only = np.zeros_like(allowed)
                 only[token] = True

@@ -98,9 +98,19 @@ class GrammarSampler:
         if self.matcher is not None and tokens and not self.matcher.consume_tokens(tokens):
             raise RuntimeError(f"llguidance refused forced tokens: {self.matcher.get_error()}")
 
-    def forced_tokens(self) -> list[int]:
-        """The tokens the grammar allows as the only continuation (canonically tokenized)."""
-        return list(self.matcher.compute_ff_tokens()) if self.matcher is not None else []
+    def forced_tokens(self, whole: bool = False) -> list[int]:
+        """The tokens of the text the grammar allows as the only continuation: without its
+        last token when that could still grow into a longer one (llguidance's
+        ``compute_ff_tokens``), or, ``whole``, the canonical tokens of all of it."""
+        if self.matcher is None:
+            return []
+        if not whole:
+            return list(self.matcher.compute_ff_tokens())
+        forced = self.matcher.compute_ff_bytes()
+        if not forced:
+            return []
+        tokens = self.llm.tokenize(forced, add_bos=False, special=False)
+        return tokens[:self.matcher.validate_tokens(tokens)]
 
     @property
     def must_end(self) -> bool:

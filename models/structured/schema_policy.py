@@ -103,6 +103,9 @@ class SchemaPlan:
     schema: Any
     problems: list[SchemaProblem] = field(default_factory=list)
     engine_schema: Any = None  # what the grammar was compiled from (relaxed where listed)
+    # Where the grammar is narrower than the schema, never letting an invalid value
+    # through (objects closed to the properties they list); shown, never refused.
+    restrictions: list[SchemaProblem] = field(default_factory=list)
 
     @property
     def enforced(self) -> bool:
@@ -124,8 +127,10 @@ def plan_schema(schema: Any) -> SchemaPlan:
     checked = _checkable(to_2020_12(schema), problems)
     validated = _without_unreadable_patterns(checked)
     check_schema(validated)
-    engine = _compile_relaxing(_enforceable(copy.deepcopy(checked), problems), problems)
-    return SchemaPlan(json_schema_grammar(engine), validated, problems, engine)
+    engine = _enforceable(copy.deepcopy(checked), problems)
+    restrictions = _close_objects(engine)
+    engine = _compile_relaxing(engine, problems)
+    return SchemaPlan(json_schema_grammar(engine), validated, problems, engine, restrictions)
 
 
 # -- walking ------------------------------------------------------------------------------
@@ -258,6 +263,42 @@ def _enforceable(schema: Any, problems: list[SchemaProblem]) -> Any:
     return schema
 
 
+def _close_objects(schema: Any) -> list[SchemaProblem]:
+    """Objects that list their properties and say nothing of others get
+    ``additionalProperties: false`` in the grammar: narrower than the schema (2020-12
+    allows any other key there), never invalid, and what a model should write — a small
+    model otherwise invents keys (or copies the schema's own words) until its budget runs
+    out, and listed keys are forced text. Left open where other keywords may add or
+    require keys: ``patternProperties``, a required key not listed, combinators and
+    references beside the properties, the parts an ``allOf`` combines, and subschemas
+    that do not say they are objects (the branches of rewrites such as
+    ``dependentRequired``'s)."""
+    combined = set()
+    for _, node in _walk(schema):
+        for member in node.get("allOf", []) if isinstance(node.get("allOf"), list) else []:
+            target = _resolve(schema, member["$ref"]) if isinstance(member, dict) \
+                and isinstance(member.get("$ref"), str) else member
+            combined.add(id(target))
+            if isinstance(member, dict):
+                combined.add(id(member))
+    closed = []
+    for pointer, node in _walk(schema):
+        listed = node.get("properties")
+        required = node.get("required", [])
+        kinds = node.get("type")
+        if not isinstance(listed, dict) or id(node) in combined or kinds != "object" and not (
+                isinstance(kinds, list) and "object" in kinds) or any(
+                key in node for key in ("additionalProperties", "patternProperties", "allOf",
+                                        "anyOf", "oneOf", "$ref", "unevaluatedProperties",
+                                        "dependentSchemas", "if")) \
+                or not isinstance(required, list) or any(k not in listed for k in required):
+            continue
+        node["additionalProperties"] = False
+        closed.append(SchemaProblem(pointer, "only the properties the schema lists are "
+                                             "generated here (the schema allows others)."))
+    return closed
+
+
 def _rewrite_dependencies(node: dict) -> bool:
     """``dependentRequired`` as ``allOf`` [``anyOf`` [key absent, key and its dependants
     present]], exact; False when it is too large (it stays a problem)."""
@@ -348,8 +389,11 @@ def _compile_relaxing(schema: Any, problems: list[SchemaProblem]) -> Any:
         node = _get(schema, pointer)
         reason = error.strip().rstrip(".")
         if reason.startswith("Unsatisfiable"):
-            keyword = None  # the whole part: no value matches it, whichever keyword
-        if keyword == "oneOf":
+            schema = _set(schema, pointer, {})  # the whole part, whichever keyword
+            problems.append(SchemaProblem(pointer, (
+                f"no value can match this part of the schema ({reason}); it is not enforced "
+                "while generating, and a reply that reaches it fails the check after.")))
+        elif keyword == "oneOf":
             branches = node.pop("oneOf")
             exclusive = _exclusive_branches(schema, branches)
             node["anyOf"] = exclusive or branches
@@ -362,11 +406,6 @@ def _compile_relaxing(schema: Any, problems: list[SchemaProblem]) -> Any:
             problems.append(SchemaProblem(f"{pointer}/{escape_pointer(keyword)}", (
                 f"'{keyword}' is not enforced while generating ({reason}); each reply is "
                 "checked against it after.")))
-        elif reason.startswith("Unsatisfiable"):
-            schema = _set(schema, pointer, {})
-            problems.append(SchemaProblem(pointer, (
-                f"no value can match this part of the schema ({reason}); it is not enforced "
-                "while generating, and a reply that reaches it fails the check after.")))
         else:
             schema = _set(schema, pointer, {})
             problems.append(SchemaProblem(pointer, (
@@ -380,10 +419,6 @@ def _compile_relaxing(schema: Any, problems: list[SchemaProblem]) -> Any:
 def _locate(schema: Any, error: str) -> tuple[str, Optional[str]]:
     """Where llguidance's ``error`` comes from: the deepest subschema whose blanking changes
     the error, and the keyword there whose removal does (None: the subschema as a whole)."""
-    def changes(pointer: str, value: Any) -> bool:
-        trial = _set(copy.deepcopy(schema), pointer, value)
-        return _error(trial) != error
-
     def blanked_changes(pointers: list[str]) -> bool:
         trial = copy.deepcopy(schema)
         for p in pointers:
@@ -404,7 +439,7 @@ def _locate(schema: Any, error: str) -> tuple[str, Optional[str]]:
                 candidates = candidates[half:]
             else:
                 break
-        found = next((p for p in candidates if changes(p, {})), None)
+        found = next((p for p in candidates if blanked_changes([p])), None)
         if found is None:
             break
         pointer = found

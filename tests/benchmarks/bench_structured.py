@@ -9,7 +9,7 @@ by the grammar, and how many replies equal plain constrained greedy decoding.
 
 Modes (see tests/models/structured_runner.py):
     free      unconstrained
-    mask-all  llama.cpp grammar masks the whole vocabulary for every token
+    mask-all  llguidance masks the whole vocabulary for every token
     plain     check-first: the grammar judges the unconstrained choice, masks only if rejected
     ff        plain + fast-forward, last forced token held back (the default)
     ff-all    plain + fast-forward of every forced token
@@ -61,7 +61,7 @@ def main() -> int:
             for mode in MODES:
                 options = OPTIONS[mode]
                 generator = ConstrainedGenerator(
-                    llm, constraint.gbnf if options["constrained"] else None,
+                    llm, constraint.grammar if options["constrained"] else None,
                     ChatOptions(temperature=0.0), fast_forward=options["fast_forward"],
                     hold_back_last=options["hold_back_last"], check_first=options["check_first"])
                 llm.reset()  # the same full prompt decode before every mode

@@ -312,11 +312,15 @@ def _accepts(schema, text: str) -> bool:
     return grammar_accepts(plan_schema(schema).grammar, text)
 
 
-def test_objects_allow_the_properties_the_schema_allows():
+def test_objects_listing_properties_are_closed_to_them_and_that_is_shown():
     assert _accepts({"type": "object"}, '{"a":1,"b":[true]}')
-    assert _accepts({"type": "object", "properties": {"a": {}}}, '{"a":1,"b":2}')
-    closed = {"type": "object", "properties": {"a": {}}, "additionalProperties": False}
-    assert _accepts(closed, '{"a":1}') and not _accepts(closed, '{"a":1,"b":2}')
+    listed = {"type": "object", "properties": {"a": {}}}
+    assert _accepts(listed, '{"a":1}') and not _accepts(listed, '{"a":1,"b":2}')
+    plan = plan_schema(listed)
+    assert not plan.problems and [r.pointer for r in plan.restrictions] == [""]
+    assert constraint_for_schema(listed).restrictions
+    open_ = {"type": "object", "properties": {"a": {}}, "additionalProperties": True}
+    assert _accepts(open_, '{"a":1,"b":2}') and not plan_schema(open_).restrictions
 
 
 def test_false_subschemas_are_honoured_exactly():

@@ -137,20 +137,43 @@ def test_json_schema_replies_parse_and_validate(client):
     json.loads(any_json.choices[0].message.content)
 
 
-def test_an_unsupported_schema_is_a_400_naming_the_keyword_and_where(client, server):
+def test_an_unenforceable_strict_schema_is_a_400_naming_the_keyword_and_where(client, server):
     started = len(server.entries)
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 5}}}}
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as caught:
             client.chat.completions.create(
                 model=MODEL_ID, messages=ASK, stream=stream,
                 response_format={"type": "json_schema",
-                                 "json_schema": {"name": "n", "schema": schema}})
-        assert "multipleOf" in caught.value.message
-        assert "/properties/n/multipleOf" in caught.value.message
+                                 "json_schema": {"name": "n", "schema": schema, "strict": True}})
+        assert "'not'" in caught.value.message
+        assert "/properties/n/not" in caught.value.message
     entries = server.entries[started:]
     assert [e.status for e in entries] == [400, 400]
     assert all(e.completion_tokens == 0 for e in entries)  # refused before any token
+
+
+def test_without_strict_the_reply_says_what_was_not_enforced_and_whether_it_held(client):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 5},
+                                                     "multipleOf": 5, "title": "N"}},
+              "required": ["n"], "additionalProperties": False}
+    reply = client.chat.completions.create(
+        model=MODEL_ID, temperature=0, max_tokens=20, messages=ASK,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    report = reply.to_dict()["structured_output"]
+    assert report["enforced"] is False
+    assert [p["pointer"] for p in report["not_enforced"]] == ["/properties/n/not"]
+    value = json.loads(reply.choices[0].message.content)
+    assert value["n"] % 5 == 0  # multipleOf is enforced by the grammar
+    assert report["valid"] == (value["n"] != 5)
+    enforced = client.chat.completions.create(
+        model=MODEL_ID, temperature=0, max_tokens=20, messages=ASK,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "n", "schema": {"type": "integer",
+                                                                 "multipleOf": 5},
+                                         "strict": True}})
+    assert "structured_output" not in enforced.to_dict()
+    assert int(enforced.choices[0].message.content) % 5 == 0
 
 
 def test_four_concurrent_streams_are_all_answered_correctly(client, greedy_text):

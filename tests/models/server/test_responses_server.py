@@ -106,12 +106,12 @@ def test_json_schema_format_validates_and_an_unenforceable_one_is_a_400(client, 
                                                      "schema": schema, "strict": True}})
     assert validation_errors(json.loads(reply.output_text), schema) == []
     started = len(server.entries)
-    bad = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}
+    bad = {"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 5}}}}
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(**BASE, input="A number.",
                                 text={"format": {"type": "json_schema", "name": "n",
-                                                 "schema": bad}})
-    assert "multipleOf" in caught.value.message
+                                                 "schema": bad, "strict": True}})
+    assert "/properties/n/not" in caught.value.message
     assert [e.status for e in server.entries[started:]] == [400]
 
 

@@ -107,13 +107,21 @@ def test_a_tool_result_sent_back_gets_a_text_answer(client):
         _valid(tc.function.name, tc.function.arguments)
 
 
-def test_an_unenforceable_parameters_schema_is_a_400_before_generating(client, server):
-    bad = [{"type": "function", "function": {
-        "name": "pick", "parameters": {"type": "object", "properties": {
-            "n": {"type": "number", "multipleOf": 3}}}}}]
+def test_an_unenforceable_strict_parameters_schema_is_a_400_before_generating(client, server):
+    parameters = {"type": "object", "properties": {"n": {"type": "number", "not": {"const": 3}}},
+                  "required": ["n"]}
+    bad = [{"type": "function", "function": {"name": "pick", "parameters": parameters,
+                                             "strict": True}}]
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(**dict(BASE, tools=bad, tool_choice="required"))
-    assert "multipleOf" in str(caught.value) and "pick" in str(caught.value)
+    assert "/properties/n/not" in str(caught.value) and "pick" in str(caught.value)
+    # Without strict the call is generated under what is enforceable and checked after.
+    loose = [{"type": "function", "function": {"name": "pick", "parameters": parameters}}]
+    reply = client.chat.completions.create(**dict(BASE, tools=loose, tool_choice="required"))
+    call = reply.choices[0].message.tool_calls[0]
+    report = reply.to_dict()["structured_output"]
+    assert [p["pointer"] for p in report["not_enforced"]] == ["/properties/n/not"]
+    assert report["valid"] == (json.loads(call.function.arguments)["n"] != 3)
 
 
 def test_tool_choice_naming_an_unknown_function_is_a_400(client):
