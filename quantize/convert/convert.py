@@ -1,4 +1,5 @@
-"""``convert()``: a Hugging Face folder → an F32, F16 or BF16 GGUF file.
+"""``convert()``: a Hugging Face folder → an F32, F16 or BF16 GGUF file, and for an
+image-text checkpoint its vision encoder's ``mmproj-*.gguf`` beside it.
 
 Per-tensor output types follow convert_hf_to_gguf's ``--outtype`` rules: 1-D tensors,
 norms and biases stay F32 (llama.cpp's kernels for them take F32 only, and they are
@@ -72,6 +73,12 @@ def default_output_path(model_dir: Path, outtype: str) -> Path:
     return Path(model_dir) / f"{Path(model_dir).name}-{outtype.upper()}.gguf"
 
 
+def mmproj_output_path(text_path: Path) -> Path:
+    """``mmproj-<text file name>`` beside the text model's file (llama.cpp's naming, which
+    is how QuantDesk and llama.cpp's programs find a model's vision encoder)."""
+    return Path(text_path).with_name(f"mmproj-{Path(text_path).name}")
+
+
 def convert(
     model_dir: Path | str,
     out_path: Optional[Path | str] = None,
@@ -92,16 +99,50 @@ def convert(
 
     Returns:
         The written file's path. On any error or cancel, no file is left at ``out_path``.
+        An image-text checkpoint's vision encoder is written beside it too
+        (:func:`convert_with_projector` says where).
     """
+    return convert_with_projector(model_dir, out_path, outtype, report, cancel, pre_tokenizer)[0]
+
+
+def convert_with_projector(
+    model_dir: Path | str,
+    out_path: Optional[Path | str] = None,
+    outtype: str = "f16",
+    report: Optional[ProgressCallback] = None,
+    cancel: Optional[CancelToken] = None,
+    pre_tokenizer: Optional[str] = None,
+) -> tuple[Path, Optional[Path]]:
+    """:func:`convert`, returning the text model's path and its mmproj's (``None`` when
+    the checkpoint has no vision encoder QuantDesk converts).
+
+    The mmproj (:func:`mmproj_output_path`) is written first, then the text model; each
+    file is complete or absent.
+    """
+    from quantize.convert.mmproj import mmproj_source
+
     key = outtype.lower()
     if key not in OUTTYPES:
         raise QuantDeskError(f"Unknown output type \"{outtype}\".", "Choose f32, f16 or bf16.")
     qtype, file_type = OUTTYPES[key]
     target = Path(out_path) if out_path else default_output_path(Path(model_dir), key)
     with open_hf_folder(model_dir, pre_tokenizer) as source:
-        metadata = source.metadata()
-        metadata.append(MetadataEntry("general.file_type", int(file_type), GGUFValueType.UINT32))
-        planned = [PlannedTensor(t, output_type(t, qtype)) for t in source.tensors()]
-        types = {p.tensor.name: p.qtype for p in planned}
-        return write_gguf(target, source.arch, metadata, planned, encode_tensor, report, cancel,
-                          stage="Converting", load=lambda t: converted_values(t, types[t.name]))
+        vision = mmproj_source(source)
+        projector = None
+        if vision is not None:
+            projector = _write_converted(mmproj_output_path(target), vision, file_type,
+                                         lambda t: vision.output_type(t, qtype), report, cancel,
+                                         "Converting the vision encoder")
+        text = _write_converted(target, source, file_type, lambda t: output_type(t, qtype),
+                                report, cancel, "Converting")
+        return text, projector
+
+
+def _write_converted(target: Path, source, file_type: LlamaFileType, plan, report, cancel, stage: str) -> Path:
+    """Write ``source``'s tensors to ``target``, each as ``plan(tensor)`` says."""
+    metadata = source.metadata()
+    metadata.append(MetadataEntry("general.file_type", int(file_type), GGUFValueType.UINT32))
+    planned = [PlannedTensor(t, plan(t)) for t in source.tensors()]
+    types = {p.tensor.name: p.qtype for p in planned}
+    return write_gguf(target, source.arch, metadata, planned, encode_tensor, report, cancel,
+                      stage=stage, load=lambda t: converted_values(t, types[t.name]))

@@ -64,7 +64,10 @@ class HFFolder:
     Attributes:
         path: The folder.
         config: ``config.json`` (for multimodal wrappers, merged with ``text_config``).
-        tensors: Every tensor record by its HF name, across all shards.
+        raw_config: ``config.json`` as written (``vision_config`` and all).
+        tensors: Every text-model tensor record by its HF name, across all shards.
+        vision_tensors: The vision half's records by their stored names (image-text
+            checkpoints; :mod:`quantize.convert.mmproj` converts them).
     """
 
     def __init__(self, path: Path) -> None:
@@ -76,6 +79,7 @@ class HFFolder:
         self.config = self._load_config()
         self._files: list[SafetensorsFile] = []
         self.tensors: dict[str, TensorRecord] = {}
+        self.vision_tensors: dict[str, TensorRecord] = {}
         try:
             self._index_weights()
         except BaseException:
@@ -102,6 +106,7 @@ class HFFolder:
 
     def _load_config(self) -> dict[str, Any]:
         config = read_json(self.path / "config.json", required=True)
+        self.raw_config = config
         text_config = config.get("text_config")
         if isinstance(text_config, dict):  # e.g. Gemma3ForConditionalGeneration
             config = {**config, **text_config, "architectures": config.get("architectures")}
@@ -143,6 +148,7 @@ class HFFolder:
             for stored_name, record in st.tensors.items():
                 name = text_tensor_name(stored_name)
                 if name is None:
+                    self.vision_tensors[stored_name] = record
                     continue
                 if name in self.tensors:
                     raise QuantDeskError(

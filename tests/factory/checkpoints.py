@@ -170,6 +170,13 @@ ARCHITECTURES.update({
                        "layer_types": ["sliding_attention", "full_attention"]},
                        lambda c: _qk_norm_tensors(c, _gemma_tensors), tokenizer="gemma-spm",
                        chat_template=GEMMA_TEMPLATE),
+    # Gemma 3's text model with the image markers in its tokenizer (the image-text checkpoints').
+    "gemma3vl": ArchSpec("gemma3_text", "Gemma3ForCausalLM", {**_GEMMA_CONFIG, "rope_theta": 1000000.0,
+                         "rope_local_base_freq": 10000.0, "attn_logit_softcapping": None,
+                         "final_logit_softcapping": None,
+                         "layer_types": ["sliding_attention", "full_attention"]},
+                         lambda c: _qk_norm_tensors(c, _gemma_tensors), tokenizer="gemmavl-spm",
+                         chat_template=GEMMA_TEMPLATE),
     "phi3": ArchSpec("phi3", "Phi3ForCausalLM", {"rope_theta": 10000.0, "rms_norm_eps": 1e-5,
                      "hidden_act": "silu", "original_max_position_embeddings": 512, "sliding_window": None,
                      "attention_bias": False, "pad_token_id": None}, _phi3_tensors, tokenizer="phi3-spm",
