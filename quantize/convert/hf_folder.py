@@ -21,22 +21,28 @@ from quantize.convert.safetensors_reader import SafetensorsFile, TensorRecord
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 INDEX_FILE = "model.safetensors.index.json"
 
-#: Tensors of the vision half of image-text checkpoints (Gemma3ForConditionalGeneration):
-#: a text-only conversion leaves them out, as llama.cpp reads them from a separate mmproj.
+#: Tensors of the vision half of image-text checkpoints (Gemma3ForConditionalGeneration,
+#: SmolVLM's connector): the text model leaves them out, as llama.cpp reads them from a
+#: separate mmproj (:mod:`quantize.convert.mmproj`).
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-                   "model.multi_modal_projector.", "vision_model.", "model.vision_model.")
+                   "model.multi_modal_projector.", "vision_model.", "model.vision_model.",
+                   "model.connector.")
 
 
 def text_tensor_name(name: str) -> Optional[str]:
     """The text model's name of a checkpoint tensor; ``None`` for vision tensors.
 
     Image-text wrappers nest the language model (``language_model.model.layers...`` or,
-    since transformers 4.52, ``model.language_model.layers...``); dropping the
-    ``language_model.`` part gives the plain causal-LM names, as convert_hf_to_gguf does.
+    since transformers 4.52, ``model.language_model.layers...``; SmolVLM's
+    ``model.text_model.layers...``); dropping the ``language_model.`` (``text_model.``)
+    part gives the plain causal-LM names, as convert_hf_to_gguf does.
     """
     if name.startswith(VISION_PREFIXES):
         return None
-    return name.replace("language_model.", "") if "language_model." in name else name
+    for nesting in ("language_model.", "text_model."):
+        if nesting in name:
+            return name.replace(nesting, "")
+    return name
 
 
 def read_json(path: Path, required: bool = False) -> Optional[dict[str, Any]]:

@@ -81,7 +81,7 @@ class MmprojSource:
         if not isinstance(vision, dict):
             raise QuantDeskError(f"{name}'s config.json has no vision_config, so its vision encoder "
                                  "cannot be converted.", "Use the config.json published with the model.")
-        self.vision = vision
+        self.vision = family.vision_config(vision)
         self.preprocessor = preprocessor_config(source)
         self._hf_names: dict[str, str] = {}
         self._tensors = self._plan_tensors()

@@ -41,6 +41,7 @@ class VisionSpec:
         vision_tensors: Given the finished config, HF name (hub layout) → shape.
         rename: HF name in the hub layout → the name in the given layout.
         preprocessor: ``preprocessor_config.json``.
+        text_extra: Keys added to ``text_config``.
     """
 
     text_arch: str
@@ -51,6 +52,7 @@ class VisionSpec:
     vision_tensors: Callable[[dict], dict[str, tuple[int, ...]]]
     rename: Callable[[str, str], str]
     preprocessor: dict
+    text_extra: dict = None  # type: ignore[assignment]
 
 
 def siglip_tensors(prefix: str, vision: dict) -> dict[str, tuple[int, ...]]:
@@ -97,6 +99,23 @@ def _gemma3_rename(name: str, layout: str) -> str:
     return "model." + name
 
 
+def _smolvlm_vision_tensors(config: dict) -> dict[str, tuple[int, ...]]:
+    vision = config["vision_config"]
+    shapes = siglip_tensors("model.vision_model.", vision)
+    folded = vision["hidden_size"] * config["scale_factor"] ** 2
+    shapes["model.connector.modality_projection.proj.weight"] = (config["text_config"]["hidden_size"], folded)
+    return shapes
+
+
+def _smolvlm_rename(name: str, layout: str) -> str:
+    """SmolVLM's text model sits under ``model.text_model.`` in both layouts."""
+    if name.startswith("language_model.model."):
+        return "model.text_model." + name[len("language_model.model."):]
+    if name.startswith("language_model.lm_head."):
+        return name[len("language_model."):]
+    return name
+
+
 VISION_ARCHITECTURES: dict[str, VisionSpec] = {
     # 64×64 pixels in 8×8 patches (an 8×8 grid) pooled to 4×4 = 16 tokens per image: the
     # projector's pooling factor is 2, not Gemma 3's 4, so the converter must write it.
@@ -119,6 +138,28 @@ VISION_ARCHITECTURES: dict[str, VisionSpec] = {
             # Not Gemma's 0.5s: a converter or preprocessor that ignores them is caught.
             "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28],
             "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 64, "width": 64},
+        },
+    ),
+    # Tiles of 64×64 pixels in 8×8 patches, folded 2×2 into 16 tokens per tile; a longest
+    # edge of 128 pixels (up to 2×2 tiles and the whole image).
+    "smolvlm": VisionSpec(
+        text_arch="smollm",
+        hf_class="Idefics3ForConditionalGeneration",
+        model_type="idefics3",
+        vision_config={"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 64,
+                       "patch_size": 8, "num_channels": 3, "layer_norm_eps": 1e-5,
+                       "hidden_act": "gelu_pytorch_tanh", "attention_dropout": 0.0},
+        extra_config={"scale_factor": 2, "tie_word_embeddings": False},
+        text_extra={"architectures": ["VLlama3ForCausalLM"]},  # as SmolVLM's config.json has it
+        vision_tensors=_smolvlm_vision_tensors,
+        rename=_smolvlm_rename,
+        preprocessor={
+            "image_processor_type": "Idefics3ImageProcessor", "processor_class": "Idefics3Processor",
+            "do_convert_rgb": True, "do_image_splitting": True, "do_normalize": True, "do_pad": True,
+            "do_rescale": True, "do_resize": True, "image_mean": [0.48, 0.46, 0.41],
+            "image_std": [0.27, 0.26, 0.28], "max_image_size": {"longest_edge": 64},
+            "resample": 1, "rescale_factor": 0.00392156862745098, "size": {"longest_edge": 128},
         },
     ),
 }
@@ -175,6 +216,7 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
         file.unlink()
 
     text_config = {k: v for k, v in text.config.items() if k not in ("architectures", "torch_dtype")}
+    text_config.update(spec.text_extra or {})
     config = {"architectures": [spec.hf_class], "model_type": spec.model_type,
               "text_config": text_config, "vision_config": dict(spec.vision_config),
               "torch_dtype": dtype, **spec.extra_config}

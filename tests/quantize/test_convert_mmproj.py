@@ -26,30 +26,32 @@ GENERATION = {"top_k": 64, "top_p": 0.95, "do_sample": True}
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """One tiny Gemma 3 per storage type; the folder name gives gguf-py's name heuristics
-    nothing to split (no basename or finetune keys)."""
+    """One tiny checkpoint per family and storage type; the folder names give gguf-py's
+    name heuristics nothing to split (no basename or finetune keys)."""
     root = tmp_path_factory.mktemp("vision")
-    return {dtype: write_tiny_vision_checkpoint(root / dtype / "gemma3", dtype=dtype, shards=2,
-                                                generation_config=GENERATION)
-            for dtype in ("float32", "float16", "bfloat16")}
+    return {(family, dtype): write_tiny_vision_checkpoint(root / dtype / family, family, dtype=dtype,
+                                                          shards=2, generation_config=GENERATION)
+            for family in ("gemma3", "smolvlm") for dtype in ("float32", "float16", "bfloat16")}
 
 
+@pytest.mark.parametrize("family", ["gemma3", "smolvlm"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("outtype", ["f32", "f16", "bf16"])
-def test_gemma3_mmproj_equals_llama_cpp_converter(checkpoints, tmp_path, dtype, outtype):
-    ck = checkpoints[dtype]
-    text, projector = convert_with_projector(ck.path, tmp_path / f"gemma3-{outtype.upper()}.gguf", outtype)
-    assert projector == tmp_path / f"mmproj-gemma3-{outtype.upper()}.gguf" == mmproj_output_path(text)
+def test_mmproj_equals_llama_cpp_converter(checkpoints, tmp_path, family, dtype, outtype):
+    ck = checkpoints[family, dtype]
+    text, projector = convert_with_projector(ck.path, tmp_path / f"{family}-{outtype.upper()}.gguf", outtype)
+    assert projector == tmp_path / f"mmproj-{family}-{outtype.upper()}.gguf" == mmproj_output_path(text)
     reference = reference_convert(ck.path, tmp_path / "reference.gguf", outtype, mmproj=True)
     assert gguf_differences(projector, reference) == []
     fields = {f.name: f.contents() for f in GGUFReader(projector).fields.values()}
     assert fields["general.architecture"] == "clip" and fields["general.type"] == "mmproj"
-    assert fields["clip.vision.projector.scale_factor"] == 2  # 8×8 patches pooled to 4×4
+    # Gemma 3: 8×8 patches pooled to 4×4; SmolVLM: folded 2×2.
+    assert fields["clip.vision.projector.scale_factor"] == 2
     assert fields["general.sampling.top_k"] == 64
 
 
 def test_text_model_keeps_no_vision_tensor_and_carries_sampling_defaults(checkpoints, tmp_path):
-    text, projector = convert_with_projector(checkpoints["float32"].path, tmp_path / "m.gguf", "f16")
+    text, projector = convert_with_projector(checkpoints["gemma3", "float32"].path, tmp_path / "m.gguf", "f16")
     reader = GGUFReader(text)
     assert not any(t.name.startswith(("v.", "mm.")) for t in reader.tensors)
     fields = {f.name: f.contents() for f in reader.fields.values()}
@@ -66,6 +68,19 @@ def test_transformers_layout_gives_the_same_files(tmp_path):
     b_text, b_proj = convert_with_projector(new.path, tmp_path / "b.gguf", "f16")
     assert gguf_differences(b_proj, a_proj) == []
     assert gguf_differences(b_text, a_text) == []
+
+
+def test_smolvlm_text_model_is_its_llama(checkpoints, tmp_path):
+    """SmolVLM's ``model.text_model.*`` converts as the Llama it nests (same bytes as the
+    same weights in a plain LlamaForCausalLM checkpoint)."""
+    from tests.factory.checkpoints import write_tiny_checkpoint
+
+    plain = write_tiny_checkpoint(tmp_path / "plain", arch="smollm", dtype="bfloat16")
+    a = convert(plain.path, tmp_path / "a.gguf", "bf16")
+    b = convert(checkpoints["smolvlm", "bfloat16"].path, tmp_path / "b.gguf", "bf16")
+    fields = {f.name: f.contents() for f in GGUFReader(b).fields.values()}
+    assert fields["general.architecture"] == "llama"
+    assert [d for d in gguf_differences(a, b) if not d.startswith("general.sampling.")] == []
 
 
 def test_convert_writes_the_projector_beside_the_default_output(tmp_path):

@@ -67,6 +67,8 @@ class VisionFamily:
             change (Gemma's ``1 + w`` norm), or ``None``.
         rewritten: Predicate on canonical names that :attr:`rewrite` changes (those tensors
             are always read as float32 and rewritten).
+        vision_config: ``vision_config`` with the values transformers assumes when
+            config.json leaves them out.
     """
 
     hf_classes: tuple[str, ...]
@@ -78,6 +80,7 @@ class VisionFamily:
     forced_type: Optional[ForcedType] = None
     rewrite: Optional[Callable[[str, np.ndarray], np.ndarray]] = None
     rewritten: Callable[[str], bool] = lambda name: False
+    vision_config: Callable[[dict], dict] = lambda vision: vision
 
     def gguf_name(self, canonical_name: str) -> Optional[str]:
         """The mmproj name of a canonical HF tensor name, or ``None`` when not known."""
@@ -94,7 +97,7 @@ class VisionFamily:
 
 
 VISION_FAMILIES: dict[str, VisionFamily] = {}
-_MODULES = ("gemma3",)
+_MODULES = ("gemma3", "smolvlm")
 
 
 def register(family: VisionFamily) -> VisionFamily:
