@@ -23,8 +23,7 @@ from typing import Callable
 import numpy as np
 
 from quantize.convert.safetensors_reader import SafetensorsFile
-from tests.factory.checkpoints import TinyCheckpoint, write_tiny_checkpoint
-from tests.factory.safetensors_writer import write_safetensors
+from tests.factory.checkpoints import TinyCheckpoint, write_tiny_checkpoint, write_weights
 from tests.factory.tokenizer_flavours import GEMMA_IMAGE_SPECIALS
 
 
@@ -235,20 +234,6 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
     vision_shapes = spec.vision_tensors(config)
     for name, values in _vision_weights(vision_shapes, seed).items():
         weights[spec.rename(name, layout)] = values
-    names = list(weights)
-    files: list[Path] = []
-    if shards <= 1:
-        files.append(dest / "model.safetensors")
-        write_safetensors(files[0], weights, dtype)
-    else:
-        weight_map, total = {}, 0
-        for n, group in enumerate(np.array_split(np.arange(len(names)), shards), start=1):
-            file = dest / f"model-{n:05d}-of-{shards:05d}.safetensors"
-            part = {names[i]: weights[names[i]] for i in group}
-            total += write_safetensors(file, part, dtype)
-            weight_map.update({name: file.name for name in part})
-            files.append(file)
-        (dest / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    files = write_weights(dest, weights, dtype, shards)
     return TinyVisionCheckpoint(dest, spec.text_arch, dtype, config, text.tensor_shapes, files,
                                 vision_shapes=vision_shapes, layout=layout)
