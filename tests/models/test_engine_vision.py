@@ -196,3 +196,34 @@ def test_mismatched_projector_is_refused_before_loading(tmp_path, gemma3):
     with EngineClient() as client:
         with pytest.raises(QuantDeskError, match="64 values.*48"):
             client.load(model, LoadSettings(**SETTINGS, mmproj=str(projector)))
+
+
+def test_cli_chat_with_an_image_saved_and_resumed_without_encoding(gemma3, tmp_path):
+    """``quantdesk chat MODEL --image FILE``: the mmproj beside the model is found, the
+    picture goes with the first message, is stored with the conversation, and a resumed
+    conversation continues from its saved state without encoding it again."""
+    import subprocess
+    import sys
+
+    from app.core.conversations import ConversationStore
+    from tests.conftest import REPO_ROOT
+
+    _, text, _ = gemma3
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    chat = [sys.executable, "-m", "app.cli", "chat", str(text), "--threads", str(TEST_THREADS),
+            "--batch-threads", str(TEST_THREADS), "--ctx", "256", "--temperature", "0", "--max-tokens", "6"]
+    first = subprocess.run(chat + ["--image", str(picture)], input="What is this?\n/exit\n",
+                           capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "1 of 1 images encoded" in first.stderr
+    short_id = first.stderr.split("saved as conversation ")[1].split(";")[0]
+    stored = ConversationStore().branch(short_id)[0]
+    assert stored.images == [png_bytes(PICTURE)] and stored.content == "What is this?"
+    resumed = subprocess.run(chat + ["--resume", short_id], input="And now?\n/exit\n",
+                             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "0 of 1 images encoded" in resumed.stderr
+    bad = subprocess.run(chat + ["--image", str(tmp_path / "missing.png")], input="/exit\n",
+                         capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert bad.returncode != 0 and "Could not read the image" in bad.stderr and "Traceback" not in bad.stderr
