@@ -60,3 +60,12 @@ def find_projector(model_path: Path | str) -> Optional[Path]:
         if info.vision:
             return candidate
     return None
+
+
+def with_projector(model_path: Path | str, settings):
+    """``settings`` (:class:`~models.engine.settings.LoadSettings`) naming the mmproj beside
+    ``model_path``, or none when there is none."""
+    from dataclasses import replace
+
+    projector = find_projector(model_path)
+    return replace(settings, mmproj=str(projector) if projector is not None else None)

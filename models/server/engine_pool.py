@@ -249,10 +249,9 @@ class EnginePool:
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
         elif settings.mmproj is None:  # an image-text model reads images with its mmproj
-            from models.projector import find_projector
+            from models.projector import with_projector
 
-            projector = find_projector(path)
-            settings = replace(settings, mmproj=str(projector) if projector else None)
+            settings = with_projector(path, settings)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()
