@@ -237,3 +237,17 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
     files = write_weights(dest, weights, dtype, shards)
     return TinyVisionCheckpoint(dest, spec.text_arch, dtype, config, text.tensor_shapes, files,
                                 vision_shapes=vision_shapes, layout=layout)
+
+
+def model_with_and_without_projector(root: Path) -> tuple[Path, Path]:
+    """The tiny Gemma 3 converted to F16 (``root/vision/gemma3.gguf``, its mmproj beside
+    it), and the same text model alone in another folder (``root/plain/gemma3-text.gguf``)."""
+    import shutil
+
+    from quantize.convert.convert import convert_with_projector
+
+    ck = write_tiny_vision_checkpoint(Path(root) / "hf" / "gemma3")
+    (Path(root) / "vision").mkdir()
+    text, _ = convert_with_projector(ck.path, Path(root) / "vision" / "gemma3.gguf", "f16")
+    (Path(root) / "plain").mkdir()
+    return text, Path(shutil.copy(text, Path(root) / "plain" / "gemma3-text.gguf"))

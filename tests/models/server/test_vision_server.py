@@ -9,14 +9,12 @@ says so, and a damaged image is a 400 naming its field.
 from __future__ import annotations
 
 import base64
-import shutil
 
 import httpx
 import pytest
 
-from quantize.convert.convert import convert_with_projector
 from tests.factory.images import png_bytes, sample_picture
-from tests.factory.vision import write_tiny_vision_checkpoint
+from tests.factory.vision import model_with_and_without_projector
 from tests.models.conftest import TEST_THREADS
 from tests.models.server.conftest import library_of
 
@@ -31,13 +29,7 @@ QUESTION = "What is this?"
 @pytest.fixture(scope="module")
 def models(server_home, tmp_path_factory):
     """The tiny Gemma 3 with its mmproj beside it, and the same text model alone."""
-    root = tmp_path_factory.mktemp("vision-server")
-    ck = write_tiny_vision_checkpoint(root / "hf" / "gemma3")
-    (root / "vision").mkdir()
-    text, _ = convert_with_projector(ck.path, root / "vision" / "gemma3.gguf", "f16")
-    (root / "plain").mkdir()
-    plain = shutil.copy(text, root / "plain" / "gemma3-text.gguf")
-    return text, plain
+    return model_with_and_without_projector(tmp_path_factory.mktemp("vision-server"))
 
 
 @pytest.fixture(scope="module")

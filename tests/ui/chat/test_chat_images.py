@@ -8,9 +8,8 @@ import pytest
 from PySide6.QtCore import QMimeData
 from PySide6.QtGui import QImage
 
-from quantize.convert.convert import convert_with_projector
 from tests.factory.images import png_bytes, sample_picture
-from tests.factory.vision import write_tiny_vision_checkpoint
+from tests.factory.vision import model_with_and_without_projector
 from tests.models.conftest import FAST_SETTINGS
 from tests.ui.chat.conftest import open_chat_window, wait_reply
 from tests.ui.drag import drag_and_drop
@@ -23,15 +22,7 @@ PICTURE = png_bytes(sample_picture())
 
 @pytest.fixture(scope="module")
 def gemma3(tmp_path_factory):
-    root = tmp_path_factory.mktemp("chat-vision")
-    ck = write_tiny_vision_checkpoint(root / "hf" / "gemma3")
-    (root / "models").mkdir()
-    text, _ = convert_with_projector(ck.path, root / "models" / "gemma3.gguf", "f16")
-    (root / "plain").mkdir()
-    import shutil
-
-    plain = shutil.copy(text, root / "plain" / "gemma3-text.gguf")
-    return text, plain
+    return model_with_and_without_projector(tmp_path_factory.mktemp("chat-vision"))
 
 
 def _open(qtbot, model):
@@ -90,19 +81,9 @@ def test_attach_is_off_with_a_sentence_for_a_text_only_model(qtbot, gemma3, tmp_
 
 @pytest.mark.xvfb
 def test_screenshots_of_pictures_light_and_dark(xvfb_display):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.ui.chat.screenshots import run_screenshot_script
 
-    from tests.conftest import REPO_ROOT
-
-    artifacts = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))
-    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
-    env.update(DISPLAY=xvfb_display, QT_QPA_PLATFORM="xcb", PYTHONPATH=str(REPO_ROOT))
-    run = subprocess.run([sys.executable, "-m", "tests.ui.chat.image_screenshots", str(artifacts)],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    artifacts = run_screenshot_script("tests.ui.chat.image_screenshots", xvfb_display)
     for scene in ("attached", "reply"):
         for theme in ("light", "dark"):
             shot = artifacts / f"chat-images-{scene}-{theme}.png"
