@@ -43,7 +43,7 @@ def served_models(library: Library, rescan: bool = False) -> list[ServedModel]:
     if rescan:
         library.scan()
     # A vision encoder (llama.cpp's clip architecture) is part of a model, not one to serve.
-    usable = [m for m in library.models() if m.kind == "gguf" and not m.error and m.architecture != "clip"]
+    usable = [m for m in library.models() if m.kind == "gguf" and not m.error and not m.is_projector]
     counts: dict[str, int] = {}
     for model in usable:
         counts[_stem(model)] = counts.get(_stem(model), 0) + 1

@@ -227,3 +227,24 @@ def test_cli_chat_with_an_image_saved_and_resumed_without_encoding(gemma3, tmp_p
     bad = subprocess.run(chat + ["--image", str(tmp_path / "missing.png")], input="/exit\n",
                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert bad.returncode != 0 and "Could not read the image" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_library_lists_the_encoder_with_its_model(gemma3):
+    """`quantdesk list`: the model reads images, its mmproj is marked as its encoder."""
+    import subprocess
+    import sys
+
+    from models.library import Library
+    from tests.conftest import REPO_ROOT
+
+    _, text, projector = gemma3
+    library = Library()
+    library.import_path(text)
+    library.import_path(projector)
+    listed = subprocess.run([sys.executable, "-m", "app.cli", "list"], capture_output=True, text=True,
+                            timeout=120, cwd=REPO_ROOT)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[-1] if "(" not in line else line.split("  (")[0].split()[-1]: line
+            for line in listed.stdout.splitlines()[1:]}
+    assert "(reads images)" in rows[str(text)]
+    assert "(vision encoder: loads with its model)" in rows[str(projector)]

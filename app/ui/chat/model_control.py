@@ -30,7 +30,8 @@ class ModelControl:
 
         library = Library()
         library.scan()
-        return library.models(), library.quality_reports()
+        # A vision encoder (mmproj) loads with its model: it is not a model to pick.
+        return [m for m in library.models() if not m.is_projector], library.quality_reports()
 
     def _library_arrived(self, listing: tuple) -> None:
         """The background Library scan's list: into the picker; and a reopened

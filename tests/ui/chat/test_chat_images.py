@@ -79,6 +79,18 @@ def test_attach_is_off_with_a_sentence_for_a_text_only_model(qtbot, gemma3, tmp_
     page.shutdown()
 
 
+def test_the_model_picker_leaves_the_encoder_out(gemma3):
+    from app.ui.chat.model_control import ModelControl
+    from models.library import Library
+
+    text, _ = gemma3
+    library = Library()
+    library.import_path(text)
+    library.import_path(text.parent / "mmproj-gemma3.gguf")
+    picked, _ = ModelControl._scan_library()
+    assert [m.path for m in picked] == [str(text)]
+
+
 @pytest.mark.xvfb
 def test_screenshots_of_pictures_light_and_dark(xvfb_display):
     from tests.ui.chat.screenshots import run_screenshot_script
