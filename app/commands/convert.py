@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("convert", help="convert a Hugging Face safetensors folder to GGUF")
     parser.add_argument("model_dir", metavar="MODEL_DIR",
                         help="folder with config.json, *.safetensors and tokenizer files")
-    parser.add_argument("--outtype", choices=("f16", "bf16", "f32"), default="f16",
+    parser.add_argument("--outtype", choices=("f16", "bf16", "f32", "q8_0"), default="f16",
                         help="type of the weight matrices (norms and biases stay F32); default f16")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="output file (default: MODEL_DIR/<name>-<OUTTYPE>.gguf); an image-text "

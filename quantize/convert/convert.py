@@ -19,7 +19,7 @@ from quantize.ggml_types import GGMLQuantizationType, GGUFValueType, LlamaFileTy
 from app.core.errors import QuantDeskError
 from app.core.jobs import CancelToken, ProgressCallback
 from quantize.convert.hf_source import open_hf_folder
-from quantize.encode import quiet_bf16_nans
+from quantize.encode import encode_rows, quiet_bf16_nans
 from quantize.gguf_output import PlannedTensor, write_gguf
 from quantize.source import MetadataEntry, SourceTensor
 
@@ -27,7 +27,11 @@ OUTTYPES = {
     "f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
     "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
     "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
+    # Blocks of 32 values and one F16 scale, as convert_hf_to_gguf's --outtype q8_0 writes
+    # them (ggml's reference rounding); a row that is not whole blocks is written as F16.
+    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
 }
+Q8_0_BLOCK = 32
 
 
 def output_type(tensor: SourceTensor, requested: GGMLQuantizationType) -> GGMLQuantizationType:
@@ -35,7 +39,14 @@ def output_type(tensor: SourceTensor, requested: GGMLQuantizationType) -> GGMLQu
     if (len(tensor.shape) <= 1 or tensor.name.endswith("_norm.weight") or not tensor.name.endswith(".weight")
             or ".ffn_gate_inp" in tensor.name):
         return GGMLQuantizationType.F32
-    return requested
+    return whole_blocks(tensor, requested)
+
+
+def whole_blocks(tensor: SourceTensor, qtype: GGMLQuantizationType) -> GGMLQuantizationType:
+    """``qtype``, or F16 for a Q8_0 tensor whose rows are not whole blocks."""
+    if qtype == GGMLQuantizationType.Q8_0 and tensor.shape[-1] % Q8_0_BLOCK:
+        return GGMLQuantizationType.F16
+    return qtype
 
 
 def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.ndarray:
@@ -48,7 +59,7 @@ def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.nd
     what is stored as llama.cpp's converter rounds them from float32 (numpy's cast for
     F16, NaN payloads and all), in one compiled pass (:mod:`quantize.blocks.widen`).
     """
-    if qtype == GGMLQuantizationType.F32:
+    if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.Q8_0):
         return tensor.load()
     stored = tensor.load_stored() if tensor.load_stored is not None else tensor.load()
     if stored.dtype == (np.float16 if qtype == GGMLQuantizationType.F16 else np.uint16):
@@ -65,6 +76,8 @@ def converted_values(tensor: SourceTensor, qtype: GGMLQuantizationType) -> np.nd
 
 def encode_tensor(planned: PlannedTensor, values: np.ndarray) -> np.ndarray:
     """:func:`converted_values` → the planned type's bytes."""
+    if planned.qtype == GGMLQuantizationType.Q8_0:
+        return encode_rows(values.reshape(planned.tensor.n_rows, -1), planned.qtype)
     return np.ascontiguousarray(values).view(np.uint8).reshape(planned.tensor.n_rows, -1)
 
 
@@ -123,7 +136,7 @@ def convert_with_projector(
 
     key = outtype.lower()
     if key not in OUTTYPES:
-        raise QuantDeskError(f"Unknown output type \"{outtype}\".", "Choose f32, f16 or bf16.")
+        raise QuantDeskError(f"Unknown output type \"{outtype}\".", "Choose f32, f16, bf16 or q8_0.")
     qtype, file_type = OUTTYPES[key]
     target = Path(out_path) if out_path else default_output_path(Path(model_dir), key)
     with open_hf_folder(model_dir, pre_tokenizer) as source:

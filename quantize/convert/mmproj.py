@@ -16,6 +16,7 @@ import numpy as np
 
 from app.core.errors import QuantDeskError
 from quantize.convert.archs.hparams import u32
+from quantize.convert.convert import whole_blocks
 from quantize.convert.general_info import general_entries
 from quantize.convert.hf_folder import read_json
 from quantize.convert.hf_source import STORED_TYPES, HFSource
@@ -125,7 +126,7 @@ class MmprojSource:
             return T.F32
         if forced is None and (name == "v.position_embd.weight" or not name.endswith(".weight")):
             return T.F32
-        return requested if forced is None else forced
+        return whole_blocks(tensor, requested) if forced is None else forced
 
     # ---------------------------------------------------------------------------------
     def _plan_tensors(self) -> list[SourceTensor]:

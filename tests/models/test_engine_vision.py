@@ -248,3 +248,12 @@ def test_library_lists_the_encoder_with_its_model(gemma3):
             for line in listed.stdout.splitlines()[1:]}
     assert "(reads images)" in rows[str(text)]
     assert "(vision encoder: loads with its model)" in rows[str(projector)]
+
+
+def test_q8_0_model_and_encoder_answer_an_image(tmp_path):
+    ck = write_tiny_vision_checkpoint(tmp_path / "gemma3")
+    text, projector = convert_with_projector(ck.path, tmp_path / "gemma3-Q8_0.gguf", "q8_0")
+    with EngineClient() as client:
+        client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
+        reply = client.chat([_message("What is", png_bytes(PICTURE), "this?")], GREEDY).wait()
+    assert reply.stats.images_encoded == 1 and reply.stats.completion_tokens == GREEDY.max_tokens

@@ -3,7 +3,7 @@
 Oracle: ``convert_hf_to_gguf.py --mmproj`` from the pinned llama-cpp-python sdist, run on
 the same tiny image-text checkpoints (written with the Hub's tensor names): the same keys
 and values (but the name and size label), the same tensor types and bytes, for every
-output type and several storage types.
+output type (Q8_0 included) and several storage types.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def checkpoints(tmp_path_factory):
 
 @pytest.mark.parametrize("family", ["gemma3", "smolvlm"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("outtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("outtype", ["f32", "f16", "bf16", "q8_0"])
 def test_mmproj_equals_llama_cpp_converter(checkpoints, tmp_path, family, dtype, outtype):
     ck = checkpoints[family, dtype]
     text, projector = convert_with_projector(ck.path, tmp_path / f"{family}-{outtype.upper()}.gguf", outtype)
