@@ -8,6 +8,8 @@ token for token, with log-probabilities close enough that every preprocessing mi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -257,3 +259,35 @@ def test_q8_0_model_and_encoder_answer_an_image(tmp_path):
         client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
         reply = client.chat([_message("What is", png_bytes(PICTURE), "this?")], GREEDY).wait()
     assert reply.stats.images_encoded == 1 and reply.stats.completion_tokens == GREEDY.max_tokens
+
+
+@pytest.mark.parametrize("family", ["qwen2vl", "qwen2_5_vl"])
+def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
+    """Qwen2-VL's images take fewer positions than tokens: the engine's reply (scheduler,
+    prompt cache, a second turn from the cache) equals libmtmd's own evaluation of the
+    whole prompt, whose positions the helper counts itself."""
+    from models.engine.chat_template import render_chat
+    from tests.models.mtmd_oracle import mtmd_greedy
+
+    ck = write_tiny_vision_checkpoint(tmp_path / family, family)
+    text, projector = convert_with_projector(ck.path, tmp_path / f"{family}.gguf", "f32")
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    first = [_message(png_bytes(PICTURE), "What is this?")]
+    with EngineClient() as client:
+        client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
+        one = client.chat(first, GREEDY).wait()
+        history = first + [{"role": "assistant", "content": one.text}, {"role": "user", "content": "And?"}]
+        two = client.chat(history, GREEDY).wait()
+    assert two.stats.images_encoded == 0 and two.stats.prompt_tokens_reused >= one.stats.prompt_tokens
+    template = json.loads((ck.path / "tokenizer_config.json").read_text())["chat_template"]
+    marker = "<__media__>"
+    for reply, messages in ((one, first), (two, history)):
+        flat = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
+                 marker + "What is this?"} for m in messages]
+        oracle = mtmd_greedy(text, projector, render_chat(template, flat), [picture], GREEDY.max_tokens)
+        assert reply.stats.prompt_tokens == oracle["prompt_tokens"]
+        assert oracle["positions"] < oracle["prompt_tokens"]  # the image took fewer positions
+        pieces, ours = _reply_tokens(reply)
+        assert pieces == oracle["pieces"]
+        assert np.max(np.abs(np.subtract(ours, oracle["logprobs"]))) < 1e-3
