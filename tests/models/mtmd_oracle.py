@@ -72,3 +72,46 @@ def mtmd_greedy(model: Path, mmproj: Path, prompt: str, images: list[Path], coun
     if proc.returncode != 0 or not lines:
         raise AssertionError(f"libmtmd child exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+_EMBED_CHILD = r"""
+import ctypes, json, sys
+import numpy as np
+import llama_cpp
+from llama_cpp import mtmd_cpp as mtmd
+job = json.loads(sys.stdin.read())
+llm = llama_cpp.Llama(model_path=job["model"], n_ctx=256, n_threads=2, verbose=False)
+params = mtmd.mtmd_context_params_default()
+params.use_gpu, params.n_threads, params.print_timings = False, 2, False
+ctx = mtmd.mtmd_init_from_file(job["mmproj"].encode(), llm.model, params)
+data = open(job["image"], "rb").read()
+buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buffer, len(data), False)
+raw = mtmd.mtmd_default_marker()
+text = mtmd.mtmd_input_text(raw, len(raw), False, True)
+chunks = mtmd.mtmd_input_chunks_init()
+array = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), array, 1) == 0
+for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+    chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+    if mtmd.mtmd_input_chunk_get_type(chunk) != mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+        break
+assert mtmd.mtmd_encode_chunk(ctx, chunk) == 0
+n = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+width = llama_cpp.llama_model_n_embd(llm.model)
+values = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx), shape=(n * width,)).reshape(n, width)
+np.save(job["out"], values.astype(np.float32))
+print("RESULT ok")
+"""
+
+
+def mtmd_image_embeddings(model: Path, mmproj: Path, image: Path, out: Path):
+    """The embeddings libmtmd's vision encoder makes of ``image`` (tokens × text width)."""
+    import numpy as np
+
+    job = {"model": str(model), "mmproj": str(mmproj), "image": str(image), "out": str(out)}
+    proc = subprocess.run([sys.executable, "-c", _EMBED_CHILD], input=json.dumps(job), capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0 or "RESULT ok" not in proc.stdout:
+        raise AssertionError(f"libmtmd child exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return np.load(out)

@@ -291,3 +291,27 @@ def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
         pieces, ours = _reply_tokens(reply)
         assert pieces == oracle["pieces"]
         assert np.max(np.abs(np.subtract(ours, oracle["logprobs"]))) < 1e-3
+
+
+@pytest.mark.parametrize("outtype, tolerance", [("f32", 1e-3), ("f16", 1e-3), ("q8_0", 1e-2)])
+def test_image_embeddings_equal_transformers(gemma3, oracle, tmp_path, outtype, tolerance):
+    """The vision encoder's output for one picture: libmtmd on our mmproj against
+    transformers' get_image_features, relative to the embeddings' size."""
+    import torch
+
+    from tests.models.mtmd_oracle import mtmd_image_embeddings
+
+    model_dir, text, _ = gemma3
+    _, projector = convert_with_projector(model_dir, tmp_path / f"gemma3-{outtype}.gguf", outtype)
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    ours = mtmd_image_embeddings(text, projector, picture, tmp_path / "embeddings.npy")
+    with torch.no_grad():
+        features = oracle.model.get_image_features(torch.from_numpy(pixel_values(PICTURE, model_dir)))
+    theirs = getattr(features, "pooler_output", features)
+    theirs = (theirs[0] if isinstance(theirs, (tuple, list)) else theirs).reshape(ours.shape).double().numpy()
+    assert np.linalg.norm(ours - theirs) / np.linalg.norm(theirs) < tolerance
+    wrong = oracle.model.get_image_features(torch.from_numpy(pixel_values(PICTURE, model_dir, "BGR")))
+    wrong = getattr(wrong, "pooler_output", wrong)
+    wrong = (wrong[0] if isinstance(wrong, (tuple, list)) else wrong).reshape(ours.shape).detach().double().numpy()
+    assert np.linalg.norm(ours - wrong) / np.linalg.norm(theirs) > 10 * tolerance
