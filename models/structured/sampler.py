@@ -47,7 +47,7 @@ class GrammarSampler:
         self.matcher = matcher_for(llm, grammar) if grammar is not None else None
         dtype = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
         self._full = np.zeros(self.n_vocab, dtype=dtype)
-        self._full["id"] = np.arange(self.n_vocab, dtype=np.intc)
+        self._ids = np.arange(self.n_vocab, dtype=np.intc)
         self._mask = np.zeros((self.n_vocab + 31) // 32, dtype=np.int32)
         self.full_masks = 0
 
@@ -83,6 +83,8 @@ class GrammarSampler:
             allowed = self.allowed_mask()
         logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.llm.ctx, index),
                                        shape=(self.n_vocab,))
+        # Row i is token i again: the chain's top-k sorted the rows of the last call.
+        self._full["id"] = self._ids
         self._full["logit"] = np.where(allowed, logits, -np.inf)
         self._full["p"] = 0.0
         array = lib.llama_token_data_array(
