@@ -132,8 +132,7 @@ class Reply:
             # Forced text past the budget is never evaluated: only sampled tokens need room.
             self.room = model.n_ctx - len(tokens) - 1
             self.steps = ConstrainedGenerator(model.llm, constraint.grammar, options,
-                                              fast_forward=options.fast_forward,
-                                              close_at_budget=constraint.kind != "gbnf").steps(
+                                              fast_forward=options.fast_forward).steps(
                                                   min(options.max_tokens, self.room))
             self.reasoning = None
             stats.not_enforced = [p.to_dict() for p in constraint.not_enforced]

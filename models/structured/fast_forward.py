@@ -36,10 +36,11 @@ from app.core.jobs import CancelToken
 from models.engine.options import ChatOptions
 from models.structured.sampler import GrammarSampler
 
-# Closing a JSON reply at its budget starts when the tokens left are no more than two
-# per open object or array (a required key may still be missing: its key, then a value),
-# one for an open string, plus this margin.
-CLOSING_MARGIN = 4
+# Closing a reply at its budget starts when the tokens left are no more than three per
+# open object or array (a required key may still be missing: its key, a value, the
+# closer), one for an open string, plus this margin (a tool call's closing tag, a key
+# still to come).
+CLOSING_MARGIN = 10
 # What closes a JSON reply soonest, best first: end the string / object / array (several
 # at once first), the shortest values, then a comma (a required key may still be missing).
 CLOSERS = ('"}]}', '"]}', '"}}', '"}]', '"}', '"]', "}]}", "]}", "}}", "}]", '"', "}", "]",
@@ -111,7 +112,7 @@ class JsonNesting:
     @property
     def closing_tokens(self) -> int:
         """About how many tokens the shortest ending needs."""
-        return 2 * self.open + self.in_string
+        return 3 * self.open + self.in_string
 
 
 class ConstrainedGenerator:
@@ -127,8 +128,9 @@ class ConstrainedGenerator:
         hold_back_last: Leave the last token of each forced run to the sampler.
         check_first: Ask the grammar about the unconstrained choice before masking
             the whole vocabulary (see :mod:`models.structured.sampler`).
-        close_at_budget: The reply is JSON: when the token budget is about to run out,
-            steer it to its shortest ending, so it still parses.
+        close_at_budget: When the token budget is about to run out, steer the reply to its
+            shortest ending (JSON's closers, the grammar's end), so it still parses; tool
+            calls and GBNF grammars that hold JSON close the same way.
     """
 
     def __init__(self, llm, grammar: Optional[str], options: ChatOptions,
@@ -248,6 +250,7 @@ class ConstrainedSteps:
         self._sampler = GrammarSampler(llm, grammar, o.temperature, o.top_k, o.top_p, o.min_p,
                                        seed, check_first)
         self._closers: Optional[dict[bool, list[int]]] = None
+        self._accepting_at = 0  # reply tokens when the grammar last could end
         self._started = time.perf_counter()
 
     def plan(self) -> str:
@@ -256,8 +259,18 @@ class ConstrainedSteps:
         stats = self.stats
         if self._sampler.must_end:
             self._end("complete")
+        elif self._no_room_for_more():
+            stats.closed_at_budget = True
+            self._end("complete")
         elif stats.tokens >= self.max_tokens:
             self._end("max_tokens")
+        elif ending := self._end_after_forced():
+            self._sampler.accept(ending)
+            self.pending += ending
+            stats.forced_tokens += len(ending)
+            stats.closed_at_budget = True
+            self._end("complete")
+            return self._text(ending)
         elif self.fast_forward:
             tokens = self._sampler.forced_tokens(whole=not self.hold_back_last)
             tokens = tokens[:self.max_tokens - stats.tokens]
@@ -289,6 +302,29 @@ class ConstrainedSteps:
         if self._nesting is not None:
             self._nesting.feed(text)
         return text
+
+    def _no_room_for_more(self) -> bool:
+        """The reply could end here, and another part like the last one (a tool call, an
+        item of a top-level list) would not fit in the tokens left: end it now rather
+        than be cut inside that part."""
+        if self._nesting is None or not self._sampler.accepting:
+            return False
+        part = self.stats.tokens - self._accepting_at
+        self._accepting_at = self.stats.tokens
+        return self.max_tokens - self.stats.tokens < part
+
+    def _end_after_forced(self) -> Optional[list[int]]:
+        """The whole forced text's tokens when they complete the reply and another part
+        would not fit after them (``compute_ff_tokens`` holds back a last token such as the
+        ``>`` of ``</tool_call>``, which the model could extend into the next call)."""
+        if self._nesting is None:
+            return None
+        tokens = self._sampler.forced_tokens(whole=True)
+        left = self.max_tokens - self.stats.tokens - len(tokens)
+        if not tokens or left < 0 or left >= self.stats.tokens + len(tokens) - self._accepting_at:
+            return None
+        trial = self._sampler.matcher.deep_copy()
+        return tokens if trial.consume_tokens(tokens) and trial.is_accepting() else None
 
     def _closing_mask(self) -> Optional[np.ndarray]:
         """Near the end of the budget: the grammar's mask narrowed to the first closer it

@@ -115,6 +115,11 @@ class GrammarSampler:
         return tokens[:self.matcher.validate_tokens(tokens)]
 
     @property
+    def accepting(self) -> bool:
+        """The reply may end here (the grammar is complete; more may still follow)."""
+        return self.matcher is not None and self.matcher.is_accepting()
+
+    @property
     def must_end(self) -> bool:
         """The grammar is complete and allows nothing more (but the end of the reply)."""
         return self.matcher is not None and self.matcher.is_stopped()

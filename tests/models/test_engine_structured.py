@@ -157,3 +157,18 @@ def test_forced_text_split_inside_characters_comes_out_whole(smollm2_engine):
             grammar='root ::= "北京市" ("!" | "🙂")', fast_forward=fast_forward)).wait()
         assert reply.text in ("北京市!", "北京市🙂") and reply.stats.valid, reply.text
         assert (reply.stats.forced_tokens > 0) == fast_forward
+
+
+def test_sampled_replies_under_masks_keep_to_the_grammar(smollm2_engine):
+    """Temperature sampling: every masked pick must take a token the grammar allows (the
+    chain's top-k reorders the token array; the mask must still meet its tokens)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"},
+                                               "when": {"type": "string", "format": "date"}},
+              "required": ["n", "when"]}
+    masked = 0
+    for seed in range(6):
+        reply = smollm2_engine.chat(ASK, schema_options(schema, temperature=0.9, seed=seed,
+                                                        max_tokens=60)).wait()
+        assert reply.stats.valid is True, (reply.text, reply.stats.validation_error)
+        masked += reply.stats.completion_tokens - reply.stats.forced_tokens
+    assert masked > 20
