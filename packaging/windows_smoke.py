@@ -297,6 +297,7 @@ class WindowsSmoke:
                 self.note(f"first window after {first_window:.1f} s")
                 time.sleep(15)  # the model loads; the message box has the focus
                 subprocess.run(["xdotool", "windowactivate", "--sync", window_id], env=self.env)
+                subprocess.run(["xdotool", "key", "ctrl+l"], env=self.env)  # the message box
                 subprocess.run(["xdotool", "type", "--delay", "40", PROMPT], env=self.env, check=True)
                 subprocess.run(["xdotool", "key", "Return"], env=self.env, check=True)
                 time.sleep(25)
