@@ -164,8 +164,11 @@ def build_llama_wheel(build: Path, backend: str = "cpu") -> Path:
                    check=True)
     lib = work / "lib"
     lib.mkdir()
-    for dll in (work / "build" / "bin").glob("*.dll"):
-        shutil.copy2(dll, lib / dll.name)
+    # llama.cpp's DLLs land in build/bin, libmtmd.dll (added by llama-cpp-python's own
+    # CMakeLists, outside llama.cpp's folder) in its target's folder.
+    for dll in (work / "build").rglob("*.dll"):
+        if "CMakeFiles" not in dll.parts:
+            shutil.copy2(dll, lib / dll.name)
     for name in RUNTIME_DLLS:
         shutil.copy2(runtime_dll(name), lib / name)
     cache.mkdir(parents=True, exist_ok=True)
@@ -293,15 +296,30 @@ def windows_python(build: Path) -> WinePython:
     return WinePython(folder, prefix)
 
 
+#: What QuantDesk's wheel is made of (``pyproject.toml`` packs these folders).
+PROJECT_FILES = ("pyproject.toml", "README.md", "app", "models", "quantize", "assets")
+
+
 def project_wheel(root: Path, out: Path) -> Path:
     """QuantDesk's own wheel (pure Python), built by this Linux Python's pip.
 
     Not by pip under Wine: the embeddable Python ignores ``PYTHONPATH`` (its ``._pth`` file
-    fixes the search path), so pip's isolated build environment cannot work there.
+    fixes the search path), so pip's isolated build environment cannot work there. Built
+    from a copy of the project's own files: setuptools walks the whole folder it is given,
+    and a checkout's ``build/`` holds a Wine prefix and a Python of tens of thousands.
     """
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
-                    "--no-deps", "-w", str(out), str(root)], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "quantdesk"
+        source.mkdir()
+        for name in PROJECT_FILES:
+            if (root / name).is_dir():
+                shutil.copytree(root / name, source / name,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(root / name, source / name)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
+                        "--no-deps", "-w", str(out), str(source)], check=True)
     return next(out.glob("quantdesk-*-py3-none-any.whl"))
 
 
@@ -309,3 +327,26 @@ def bundle_runtime_check(bundle: Path) -> list[str]:
     """Names of the mingw runtime DLLs missing from a frozen bundle's ``llama_cpp/lib``."""
     lib = bundle / "_internal" / "llama_cpp" / "lib"
     return [name for name in RUNTIME_DLLS if not (lib / name).exists()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python packaging/cross_windows.py --llama-wheel``: only the cached llama.cpp wheel.
+
+    CI starts this early, beside the tests (it is most of the Windows build's time); the
+    later ``build.py --target windows`` finds the wheel in the cache.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("--llama-wheel", action="store_true", required=True)
+    parser.parse_args(argv)
+    try:
+        print(build_llama_wheel(HERE.parent / "build"))
+    except wine_prefix.WineSetupError as exc:
+        print(f"cross_windows.py: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
