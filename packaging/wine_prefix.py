@@ -12,6 +12,9 @@ the process when called. This module makes a prefix where they work:
   everything; ``WINEDLLOVERRIDES`` makes Wine load the native one first. A DLL Wine lacks
   altogether (``icuuc``) is a whole stand-in.
 * The prefix says Windows 10 (a new one says Windows 7), as Qt 6 requires.
+* Prefixes live outside the checkout (:func:`prefix_path`): a prefix's drive Z: is a
+  symbolic link to ``/``, and tools that walk a project folder following links
+  (setuptools building the package, for one) would walk the whole file system through it.
 * Everything here belongs to the Wine test and build environment. None of it goes into the
   installer: users run Windows, which has these functions.
 
@@ -41,6 +44,13 @@ OBJDUMP = "x86_64-w64-mingw32-objdump"
 
 class WineSetupError(RuntimeError):
     """A tool the Wine environment needs is missing or failed; the message says which."""
+
+
+def prefix_path(name: str) -> Path:
+    """Where the Wine prefix ``name`` lives: ``QUANTDESK_WINE_PREFIXES`` or the user's cache."""
+    root = os.environ.get("QUANTDESK_WINE_PREFIXES") or \
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "quantdesk-wine"
+    return Path(root) / name
 
 
 def wine_pe_dir() -> Path:
@@ -146,7 +156,7 @@ def make_prefix(prefix: Path, cache: Path | None = None, user: str | None = None
                         "win10", "/f"], env=env, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         subprocess.run(["wineserver", "--wait"], env=env, check=True)
-    cache = cache or prefix.parent / "wine-standins"
+    cache = cache or prefix_path("standins")
     for name in standin_names():
         if wine_counterpart(name):
             shutil.copyfile(wine_counterpart(name), system32 / f"wine_{name}.dll")
