@@ -106,6 +106,12 @@ class LibraryModel:
     def file_list(self) -> list[Path]:
         return [Path(p) for p in json.loads(self.files)]
 
+    @property
+    def is_projector(self) -> bool:
+        """A vision (or audio) encoder, llama.cpp's ``clip`` architecture: part of an
+        image-text model, loaded beside it (:mod:`models.projector`), never on its own."""
+        return self.kind == "gguf" and self.architecture == "clip"
+
 
 @dataclass(frozen=True)
 class ScanStats:

@@ -16,7 +16,27 @@ from typing import Optional
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
 from app.core.errors import QuantDeskError
 
-HELP = "Type a message. /exit quits, /reset starts a new conversation, Ctrl+C stops a reply."
+HELP = ("Type a message. /image FILE attaches a picture to the next one, /exit quits, /reset "
+        "starts a new conversation, Ctrl+C stops a reply.")
+
+
+def read_image(path: Path) -> dict:
+    """An image file as a message content part, or a sentence saying why not."""
+    from models.images import image_part
+
+    try:
+        data = Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise QuantDeskError(f"Could not read the image {path}: {exc.strerror}.",
+                             "Give the path of a PNG, JPEG, GIF or BMP file.") from None
+    return image_part(data)
+
+
+def user_message(text: str, images: list[dict]) -> dict:
+    """The user's message: text, or the pictures first and the text after them."""
+    if not images:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": images + [{"type": "text", "text": text}]}
 
 
 def _stats_line(reply) -> str:
@@ -26,6 +46,8 @@ def _stats_line(reply) -> str:
     if s.draft_tokens:
         note += (f", {s.accepted_tokens}/{s.draft_tokens} drafted tokens accepted, "
                  f"{s.tokens_per_pass:.2f} tokens per pass")
+    if s.images:
+        note += f", {s.images_encoded} of {s.images} images encoded ({s.image_encode_seconds:.2f} s)"
     if s.valid is not None:
         note += f", {s.forced_tokens} forced"
         note += ", valid" if s.valid else f"; NOT VALID: {s.validation_error}"
@@ -150,6 +172,14 @@ def run(args: argparse.Namespace) -> int:
     from models.engine.reasoning import reply_opens_reasoning
 
     settings = load_settings_from_args(args)
+    if settings.mmproj is None:  # an image-text model reads images with the mmproj beside it
+        from dataclasses import replace
+
+        from models.projector import find_projector
+
+        projector = find_projector(args.model)
+        settings = replace(settings, mmproj=str(projector) if projector else None)
+    attached = [read_image(path) for path in args.image or ()]  # a bad file stops here
     options = ChatOptions(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed,
                           max_tokens=args.max_tokens, speculative=args.speculative,
@@ -183,7 +213,14 @@ def run(args: argparse.Namespace) -> int:
                 chat.reset()
                 print("(new conversation)", file=sys.stderr)
                 continue
-            user = {"role": "user", "content": text}
+            if text.startswith("/image "):
+                try:
+                    attached.append(read_image(Path(text[len("/image "):].strip())))
+                    print(f"(picture {len(attached)} will go with your next message)", file=sys.stderr)
+                except QuantDeskError as exc:
+                    print(exc.user_message, file=sys.stderr)
+                continue
+            user, attached = user_message(text, attached), []
             opened = options.response_format == "text" and reply_opens_reasoning(
                 report.model.chat_template, chat.history + [user], options.thinking)
             try:
@@ -204,6 +241,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_load_arguments(parser)
     sampling = parser.add_argument_group("sampling")
     sampling.add_argument("--system", default=None, help="a system message to start with")
+    sampling.add_argument("--image", type=Path, action="append", metavar="FILE",
+                          help="a picture to send with your first message (repeat for several; "
+                               "the model needs its vision encoder, see --mmproj)")
     saving = parser.add_argument_group("saved conversations")
     saving.add_argument("--resume", metavar="ID", default=None,
                         help="continue a saved conversation (its id or first characters, "

@@ -36,6 +36,9 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mlock", action="store_true", help="lock the weights in RAM")
     group.add_argument("--draft-model", type=Path, default=None,
                        help="a small GGUF of the same family, for --speculative draft_model")
+    group.add_argument("--mmproj", type=Path, default=None, metavar="FILE",
+                       help="the model's vision encoder (an mmproj GGUF), so messages can carry "
+                            "images; `chat` finds the one beside the model by itself")
     group.add_argument("--n-cpu-moe", type=int, default=0, metavar="N",
                        help="mixture-of-experts models: keep the experts of the first N layers "
                             "in RAM, on the CPU (-1: all), the rest of each layer on the GPU")
@@ -80,5 +83,6 @@ def load_settings_from_args(args: argparse.Namespace):
         kv_cache_type_k=args.cache_type_k, kv_cache_type_v=args.cache_type_v,
         use_mmap=not args.no_mmap, use_mlock=args.mlock,
         draft_model=str(args.draft_model) if args.draft_model is not None else None,
+        mmproj=str(args.mmproj) if getattr(args, "mmproj", None) is not None else None,
         cpu_moe_layers=args.n_cpu_moe, **remote_settings_from_args(args),
     )

@@ -4,11 +4,13 @@ Both hold the current branch, as the chat shows it. JSON also carries each reply
 stats and which version of how many a message is, so nothing seen on screen is lost.
 A reasoning model's thinking is its own part: a folded ``<details>`` block before the
 answer in Markdown (GitHub and most viewers show it closed, as the chat does), a
-``reasoning`` field beside ``content`` in JSON.
+``reasoning`` field beside ``content`` in JSON. A message's pictures go with it as
+``data:`` URIs (Markdown images, an ``images`` list in JSON), so the file stands alone.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -36,7 +38,16 @@ def conversation_markdown(store: ConversationStore, conversation_id: str) -> str
             lines += [f"<details><summary>{thought_for(seconds)}</summary>", "",
                       message.reasoning, "", "</details>", ""]
         lines += [message.content, ""]
+        lines += [f"![image {n}]({uri})" for n, uri in enumerate(_image_uris(message), start=1)]
+        lines += [""] if message.images else []
     return "\n".join(lines)
+
+
+def _image_uris(message) -> list[str]:
+    from models.images import check_image
+
+    return [f"data:image/{check_image(data).format.lower()};base64,{base64.b64encode(data).decode()}"
+            for data in message.images]
 
 
 def conversation_json(store: ConversationStore, conversation_id: str) -> dict:
@@ -47,7 +58,8 @@ def conversation_json(store: ConversationStore, conversation_id: str) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(conversation.created)),
         "messages": [{"role": m.role, "content": m.content, "stats": m.stats,
                       "version": m.version, "versions": len(m.versions),
-                      **({"reasoning": m.reasoning} if m.reasoning else {})}
+                      **({"reasoning": m.reasoning} if m.reasoning else {}),
+                      **({"images": _image_uris(m)} if m.images else {})}
                      for m in store.branch(conversation.id)],
     }
 

@@ -68,6 +68,10 @@ _MIGRATIONS = (
     "ALTER TABLE conversations ADD COLUMN settings TEXT;",
     # 2: a reasoning model's thinking, apart from its answer. NULL: none.
     "ALTER TABLE messages ADD COLUMN reasoning TEXT;",
+    # 3: images in messages: the parts in order (text, and images by hash; NULL: text
+    # only), each picture stored once however many messages show it.
+    "ALTER TABLE messages ADD COLUMN parts TEXT;"
+    "CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 ROOT = -1  # the parent of a conversation's first message
@@ -100,6 +104,9 @@ class BranchMessage:
         versions: ``seq`` of every version (siblings, oldest first, itself included).
         stats: The reply's :class:`~models.engine.ChatStats` as a dict, or ``None``.
         reasoning: A reasoning model's thinking before ``content`` (its answer); "" for none.
+        parts: For a message with images, its text and image parts in order
+            (``{"type": "image", "data": bytes}``, see :mod:`models.images`); ``content``
+            is then its text alone. ``None`` for a text message.
     """
 
     seq: int
@@ -111,12 +118,19 @@ class BranchMessage:
     version: int = 1
     versions: list[int] = field(default_factory=list)
     reasoning: str = ""
+    parts: Optional[list] = None
 
     @property
     def message(self) -> dict:
         """``{"role", "content"}``, as the engine takes it: the answer without the
-        reasoning (``ThinkingTemplate.history_message`` adds it for templates that read it)."""
-        return {"role": self.role, "content": self.content}
+        reasoning (``ThinkingTemplate.history_message`` adds it for templates that read it),
+        a message with images as its parts."""
+        return {"role": self.role, "content": self.parts if self.parts is not None else self.content}
+
+    @property
+    def images(self) -> list[bytes]:
+        """The message's pictures (image files), in order."""
+        return [p["data"] for p in self.parts or () if p["type"] == "image"]
 
 
 def new_conversation_id() -> str:
@@ -258,13 +272,14 @@ class ConversationStore:
             for message in messages:
                 seq += 1
                 stats = message.get("stats")
+                text, parts = self._store_parts(db, message["content"])
                 db.execute("INSERT INTO messages (conversation_id, seq, role, content, created, "
-                           "stats, parent, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (conversation_id, seq, message["role"], message["content"], now,
+                           "stats, parent, reasoning, parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (conversation_id, seq, message["role"], text, now,
                             json.dumps(stats) if stats else None, after,
-                            message.get("reasoning") or None))
+                            message.get("reasoning") or None, parts))
                 if not title and message["role"] == "user":
-                    title = title_from(message["content"])
+                    title = title_from(text)
                 seqs.append(seq)
                 after = seq
             db.execute("UPDATE conversations SET updated = ?, title = ?, head = ? WHERE id = ?",
@@ -272,6 +287,40 @@ class ConversationStore:
             if model is not None:
                 db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
         return seqs
+
+    @staticmethod
+    def _store_parts(db: sqlite3.Connection, content) -> tuple[str, Optional[str]]:
+        """A message's text, and for one with images its parts as JSON (images by hash,
+        their bytes stored once in ``images``)."""
+        if isinstance(content, str):
+            return content, None
+        from models.images import check_image, content_text
+
+        parts = []
+        for part in content:
+            if part["type"] == "image":
+                digest = check_image(part["data"]).sha256
+                db.execute("INSERT OR IGNORE INTO images (sha256, data) VALUES (?, ?)",
+                           (digest, bytes(part["data"])))
+                parts.append({"type": "image", "sha256": digest})
+            else:
+                parts.append({"type": "text", "text": part["text"]})
+        return content_text(content), json.dumps(parts)
+
+    @staticmethod
+    def _load_parts(db: sqlite3.Connection, parts: Optional[str]) -> Optional[list]:
+        if parts is None:
+            return None
+        out = []
+        for part in json.loads(parts):
+            if part["type"] == "image":
+                row = db.execute("SELECT data FROM images WHERE sha256 = ?", (part["sha256"],)).fetchone()
+                if row is None:  # never deleted while a message refers to it; be safe
+                    continue
+                out.append({"type": "image", "data": bytes(row[0])})
+            else:
+                out.append(part)
+        return out
 
     def get(self, conversation_id: str) -> Conversation:
         """The conversation with the messages of its current branch, oldest first.
@@ -299,13 +348,14 @@ class ConversationStore:
     @staticmethod
     def _tree(db: sqlite3.Connection, full_id: str) -> tuple[dict, dict, Optional[int]]:
         """Every message by seq, the visible children of each parent, and the head."""
-        rows = db.execute("SELECT seq, parent, role, content, created, stats, hidden, reasoning "
-                          "FROM messages WHERE conversation_id = ? ORDER BY seq", (full_id,)).fetchall()
+        rows = db.execute("SELECT seq, parent, role, content, created, stats, hidden, reasoning, "
+                          "parts FROM messages WHERE conversation_id = ? ORDER BY seq",
+                          (full_id,)).fetchall()
         by_seq: dict[int, tuple] = {}
         children: dict[int, list[int]] = {}
-        for seq, parent, role, content, created, stats, hidden, reasoning in rows:
+        for seq, parent, role, content, created, stats, hidden, reasoning, parts in rows:
             parent = (seq - 1 if seq > 0 else ROOT) if parent is None else parent  # before v1
-            by_seq[seq] = (parent, role, content, created, stats, hidden, reasoning)
+            by_seq[seq] = (parent, role, content, created, stats, hidden, reasoning, parts)
             if not hidden:
                 children.setdefault(parent, []).append(seq)
         head = db.execute("SELECT head FROM conversations WHERE id = ?", (full_id,)).fetchone()
@@ -321,13 +371,14 @@ class ConversationStore:
             seq = by_seq[seq][0] if by_seq[seq][0] != ROOT else None
         branch = []
         for seq in reversed(path):
-            parent, role, content, created, stats, hidden, reasoning = by_seq[seq]
+            parent, role, content, created, stats, hidden, reasoning, parts = by_seq[seq]
             if hidden:
                 continue
             siblings = children.get(parent, [seq])
             branch.append(BranchMessage(seq, parent, role, content, created,
                                         json.loads(stats) if stats else None,
-                                        siblings.index(seq) + 1, siblings, reasoning or ""))
+                                        siblings.index(seq) + 1, siblings, reasoning or "",
+                                        self._load_parts(db, parts)))
         return branch
 
     def select(self, conversation_id: str, seq: int) -> None:
@@ -445,6 +496,9 @@ class ConversationStore:
             SessionStore.default().delete(full_id)
         with self._db(write=True) as db:
             db.execute("DELETE FROM conversations WHERE id = ?", (full_id,))
+            # Pictures no message shows any more (parts name them by hash).
+            db.execute("DELETE FROM images WHERE NOT EXISTS (SELECT 1 FROM messages WHERE "
+                       "messages.parts LIKE '%' || images.sha256 || '%')")
 
     @staticmethod
     def _missing(conversation_id: str) -> QuantDeskError:

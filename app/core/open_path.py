@@ -4,6 +4,8 @@ A person gives the app a path in two ways: on the command line (``quantdesk mode
 or "Open with QuantDesk" in a file manager) and by dropping it on the window. Both go
 through :func:`route_path`, which decides which page takes the path:
 
+- a picture (``.png``, ``.jpg``, ``.jpeg``, ``.gif``, ``.bmp``) goes with the next chat
+  message (page ``Chat``);
 - a ``.gguf`` file is a model to chat with (page ``Chat``), except when it holds
   unquantized weights (F32, F16, BF16) and the person is on the Quantize page: then it is
   the input to quantize;
@@ -33,6 +35,7 @@ UNQUANTIZED_FILE_TYPES = frozenset({0, 1, 32})
 UNQUANTIZED_TENSOR_TYPES = frozenset({0, 1, 30})
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 CHECKPOINT_FILE_NAMES = ("config.json",)
 
 
@@ -64,6 +67,11 @@ def is_unquantized_gguf(path: Path) -> bool:
     )
 
 
+def is_image_file(path: str | Path) -> bool:
+    """Whether ``path`` names a picture to attach to a message (by its suffix)."""
+    return Path(path).suffix.lower() in IMAGE_SUFFIXES
+
+
 def route_path(path: str | Path, current_page: Optional[str] = None) -> OpenRoute:
     """Decide which page opens ``path``.
 
@@ -85,6 +93,8 @@ def route_path(path: str | Path, current_page: Optional[str] = None) -> OpenRout
     if path.is_dir():
         return OpenRoute(QUANTIZE, path)
     name = path.name.lower()
+    if is_image_file(path):
+        return OpenRoute(CHAT, path)
     if name.endswith(".gguf"):
         if current_page == QUANTIZE and is_unquantized_gguf(path):
             return OpenRoute(QUANTIZE, path)
@@ -95,6 +105,6 @@ def route_path(path: str | Path, current_page: Optional[str] = None) -> OpenRout
     raise QuantDeskError(
         f"QuantDesk cannot open {path.name}: it is neither a GGUF model file nor a "
         "Hugging Face model folder.",
-        "Drop a .gguf file to chat with it, or a folder with config.json and .safetensors "
-        "files to convert and quantize it.",
+        "Drop a .gguf file to chat with it, a picture to send it with your next message, or "
+        "a folder with config.json and .safetensors files to convert and quantize it.",
     )

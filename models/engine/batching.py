@@ -66,8 +66,14 @@ from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+from models.images import has_images
 
 log = logging.getLogger(__name__)
+
+
+def _text_tokens(tokens: list[int]) -> int:
+    """How many of a prompt's tokens are text (images are runs of negative placeholders)."""
+    return sum(1 for t in tokens if t >= 0)
 
 FLUSH_SECONDS = 0.05
 MAX_TOP_LOGPROBS = 20
@@ -89,8 +95,9 @@ class Reply:
 
     def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
                  model: Any, stats: ChatStats, started: float, opens_reasoning: bool,
-                 constraint: Any = None) -> None:
+                 constraint: Any = None, images: Any = None) -> None:
         self.id = request["id"]
+        self.images = images  # the prompt's image chunks (vision.ImagePrompt), or None
         self.lane = request["lane"]
         self.conversation_id = request.get("conversation_id")
         self.options = options
@@ -133,10 +140,16 @@ class Reply:
         return self.next_prompt < len(self.prompt)
 
     def close(self) -> None:
-        """Free the native samplers (a reply that ends with an error)."""
+        """Free the native samplers (a reply that ends with an error) and image chunks."""
         self.sampler.close()
         if self.steps is not None:
             self.steps.close()
+        self.release_images()
+
+    def release_images(self) -> None:
+        if self.images is not None:
+            self.images.close()
+            self.images = None
 
 
 class BatchScheduler:
@@ -251,6 +264,7 @@ class BatchScheduler:
             reply.reasoning.finish()  # cut off while thinking: all of it was reasoning
             stats.reasoning_seconds = reply.reasoning.seconds or 0.0
         reply.sampler.close()
+        reply.release_images()
         slot = reply.slot
         slot.reply, slot.last_used = None, time.monotonic()
         slot.conversation_id = reply.conversation_id
@@ -293,7 +307,7 @@ class BatchScheduler:
             request = self.waiting[0]
             try:
                 options = ChatOptions.from_dict(request["options"])
-                if self.is_exclusive(options):
+                if self.is_exclusive(options) and not has_images(request.get("messages")):
                     if len(free) < len(self.slots):
                         return  # waits for the running replies to end
                     self.waiting.popleft()
@@ -304,37 +318,62 @@ class BatchScheduler:
             except QuantDeskError as exc:
                 self._error(request["id"], exc)
 
-    def _tokens_of(self, request: dict, options: ChatOptions) -> tuple[list[int], str]:
-        """The prompt's tokens and text (rendered from the messages, or raw)."""
+    def _tokens_of(self, request: dict, options: ChatOptions) -> tuple[list[int], str, Any]:
+        """The prompt's tokens and text (rendered from the messages, or raw), and its image
+        chunks when the messages carry images (else ``None``)."""
         model = self.model
         prompt = request.get("prompt")
-        text = prompt if prompt is not None else model.render(request["messages"],
-                                                               options.thinking, options.tools)
-        tokens = model.tokenize_prompt(text)
-        if not tokens:
-            raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
-        if len(tokens) >= model.n_ctx:
-            raise QuantDeskError(
-                f"The conversation is {len(tokens)} tokens long, more than the "
-                f"{model.n_ctx}-token context the model was loaded with.",
-                "Start a new conversation, or load the model with a larger context length.")
-        return tokens, text
+        images = None
+        if prompt is None and has_images(request["messages"]):
+            images, text = model.prompt_with_images(request["messages"], options.thinking, options.tools)
+            tokens = images.tokens
+        else:
+            text = prompt if prompt is not None else model.render(request["messages"],
+                                                                   options.thinking, options.tools)
+            tokens = model.tokenize_prompt(text)
+        try:
+            if not tokens:
+                raise QuantDeskError("The prompt is empty.", "Send some text to complete.")
+            if len(tokens) >= model.n_ctx:
+                counted = f" (its {images.image_count} images take {len(tokens) - _text_tokens(tokens)})" \
+                    if images is not None else ""
+                raise QuantDeskError(
+                    f"The conversation is {len(tokens)} tokens long{counted}, more than the "
+                    f"{model.n_ctx}-token context the model was loaded with.",
+                    "Start a new conversation, or load the model with a larger context length.")
+            if tokens[-1] < 0:
+                raise QuantDeskError("The prompt ends with an image, so there is no text to answer.",
+                                     "Add some text after the image.")
+        except QuantDeskError:
+            if images is not None:
+                images.close()
+            raise
+        return tokens, text, images
 
     def _start(self, request: dict, options: ChatOptions, free: list[Slot]) -> None:
         started = time.perf_counter()
         stats = ChatStats()
         constraint = output_constraint(options)  # a bad schema fails before any work
-        tokens, text = self._tokens_of(request, options)
+        tokens, text, images = self._tokens_of(request, options)
         stats.prompt_tokens = len(tokens)
-        slot = self._place(tokens, request, free, stats)
+        try:
+            slot = self._place(tokens, request, free, stats)
+        except BaseException:
+            if images is not None:
+                images.close()
+            raise
         reused = min(common_prefix(slot.tokens, tokens), len(tokens) - 1)
+        if images is not None:  # never keep half an image
+            reused = images.whole_prefix(reused)
+            stats.images = images.image_count
+            stats.image_tokens = len(tokens) - _text_tokens(tokens)
         if reused < len(slot.tokens):
             llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, reused, -1)
             del slot.tokens[reused:]
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
         reply = Reply(request, options, tokens, slot, self.model, stats, started,
-                      prompt_opens_reasoning(text), constraint)
+                      prompt_opens_reasoning(text), constraint, images)
         slot.reply = reply
 
     def _place(self, tokens: list[int], request: dict, free: list[Slot],
@@ -440,6 +479,10 @@ class BatchScheduler:
                            "stats": ChatStats(stop_reason="cancelled").to_dict()})
             self._admit()
         active = [s.reply for s in self.slots if s.reply is not None]
+        for reply in active:
+            if reply.images is not None and reply.reading_prompt:
+                self._read_images(reply)
+        active = [s.reply for s in self.slots if s.reply is not None]
         if not active:
             return
         batch, n, rows = self.batch, 0, []
@@ -453,7 +496,12 @@ class BatchScheduler:
                 n += count
         for reply in active:  # then prompts, as much as fits
             if reply.reading_prompt and n < self.capacity:
-                count = min(len(reply.prompt) - reply.next_prompt, self.capacity - n)
+                end = len(reply.prompt)
+                if reply.images is not None:  # text up to the next image, read on its own
+                    end = reply.images.next_image(reply.next_prompt) or end
+                if end == reply.next_prompt:
+                    continue  # an image that failed or was cancelled this step
+                count = min(end - reply.next_prompt, self.capacity - n)
                 start = len(reply.slot.tokens)
                 for i in range(count):
                     last = reply.next_prompt + i == len(reply.prompt) - 1
@@ -490,6 +538,31 @@ class BatchScheduler:
             else:
                 self._pick(reply, row, now)
         self._send_deltas(now)
+
+    def _read_images(self, reply: Reply) -> None:
+        """Evaluate the images that come next in ``reply``'s prompt, each in a decode of its
+        own (its cells are whole: one image, one call), into its slot's sequence."""
+        slot, vision = reply.slot, self.model.vision
+        while reply.reading_prompt and reply.next_prompt in reply.images.spans:
+            if lane_cancelled(self.cancel, reply.lane):
+                return
+            span = reply.images.spans[reply.next_prompt]
+            try:
+                encode, decode = vision.evaluate(span, self.ctx, len(slot.tokens), slot.seq_id, self.capacity)
+            except QuantDeskError as exc:
+                llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, len(slot.tokens), -1)
+                if getattr(exc, "code", None) == 2:
+                    return  # aborted by a cancel: the reply ends at the next step
+                slot.reply = None
+                reply.close()
+                llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+                slot.tokens = []
+                self._error(reply.id, exc)
+                return
+            slot.tokens.extend(reply.prompt[span.start:span.start + span.n_tokens])
+            reply.next_prompt = span.start + span.n_tokens
+            reply.stats.images_encoded += 1
+            reply.stats.image_encode_seconds += encode
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self.batch

@@ -77,6 +77,7 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
     from models.engine.runtime import LoadedModel
     from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
     from models.engine.settings import LoadSettings
+    from models.images import has_images
 
     op = request["op"]
     model: Optional[LoadedModel] = state.get("model")
@@ -118,6 +119,10 @@ def _handle(request: dict, state: dict, conn: Any) -> Optional[dict]:
         if model is None:
             raise QuantDeskError("No model is loaded in the engine.", "Load a model first.")
         prompt = request.get("prompt")
+        if prompt is None and has_images(request["messages"]):  # images count as their tokens
+            images, _ = model.prompt_with_images(request["messages"])
+            images.close()
+            return {"event": "count", "tokens": len(images.tokens)}
         text = prompt if prompt is not None else model.render(request["messages"])
         return {"event": "count", "tokens": len(model.tokenize_prompt(text))}
     if op == "delete_session":

@@ -59,6 +59,7 @@ class GGUFModelInfo:
     expert_used_count: int = 0
     embedding: bool = False
     pooling_type: Optional[int] = None
+    embedding_length: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -125,4 +126,66 @@ def read_model_info(path: Path | str) -> GGUFModelInfo:
         expert_used_count=header.expert_used_count,
         embedding=is_embedding_model(metadata),
         pooling_type=metadata.get(f"{arch}.pooling_type"),
+        embedding_length=int(metadata.get(f"{arch}.embedding_length") or 0),
     )
+
+
+@dataclass(frozen=True)
+class ProjectorInfo:
+    """What an mmproj file's header says (llama.cpp's ``clip`` architecture).
+
+    Attributes:
+        path: The file.
+        projector_type: ``clip.projector_type`` (``gemma3``, ``idefics3``...).
+        projection_dim: Width of the embeddings it makes (the text model's must match).
+        vision: It reads images. ``audio``: it reads sound.
+        max_image_tokens: The most tokens one image chunk can take (the batch must hold one).
+    """
+
+    path: Path
+    projector_type: str
+    projection_dim: int
+    vision: bool
+    audio: bool
+    max_image_tokens: int
+
+
+def _max_image_tokens(metadata: dict, projector: str) -> int:
+    """Tokens of the largest image chunk: the patch grid, merged as the projector merges it."""
+    size = int(metadata.get("clip.vision.image_size") or 0)
+    patch = int(metadata.get("clip.vision.patch_size") or 0)
+    if not size or not patch:
+        return 0
+    side = size // patch
+    if projector == "gemma3":  # pooled 4×4 unless the file says otherwise
+        side //= int(metadata.get("clip.vision.projector.scale_factor") or 4)
+    elif projector == "idefics3":  # each tile folded scale × scale
+        side //= int(metadata.get("clip.vision.projector.scale_factor") or 1)
+    return side * side
+
+
+def read_projector_info(path: Path | str, model: Optional[GGUFModelInfo] = None) -> ProjectorInfo:
+    """Read an mmproj file's header; with ``model``, check that the two belong together.
+
+    Raises:
+        QuantDeskError: The file is missing, is not an mmproj, or makes embeddings of
+            another width than the model reads (a sentence names both numbers).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise QuantDeskError(f"The vision encoder file {path} does not exist.",
+                             "Choose the model's mmproj GGUF file.")
+    metadata = read_gguf_header(path).metadata
+    if metadata.get("general.architecture") != "clip":
+        raise QuantDeskError(f"{path.name} is not a vision encoder (mmproj) file: its architecture "
+                             f"is {metadata.get('general.architecture')!r}, not 'clip'.",
+                             "Choose the mmproj-*.gguf file published with the model.")
+    projector = str(metadata.get("clip.projector_type") or metadata.get("clip.vision.projector_type") or "")
+    dim = int(metadata.get("clip.vision.projection_dim") or metadata.get("clip.audio.projection_dim") or 0)
+    if model is not None and model.embedding_length and dim and dim != model.embedding_length:
+        raise QuantDeskError(
+            f"The vision encoder {path.name} makes embeddings of {dim} values, but {model.name} "
+            f"reads embeddings of {model.embedding_length}: they are not a pair.",
+            "Choose the mmproj file made for this model.")
+    return ProjectorInfo(path.resolve(), projector, dim, bool(metadata.get("clip.has_vision_encoder")),
+                         bool(metadata.get("clip.has_audio_encoder")), _max_image_tokens(metadata, projector))

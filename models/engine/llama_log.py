@@ -111,6 +111,16 @@ def parse_offload_report(lines: Iterable[str]) -> OffloadReport:
     return report
 
 
+def _set_mtmd_log(callback, user_data) -> None:
+    """libmtmd (images) logs through callbacks of its own, set apart from llama.cpp's."""
+    try:
+        from llama_cpp import mtmd_cpp
+    except (ImportError, OSError):  # a build without libmtmd: nothing logs there
+        return
+    mtmd_cpp.mtmd_log_set(callback, user_data)
+    mtmd_cpp.mtmd_helper_log_set(callback, user_data)
+
+
 class LlamaLogCapture:
     """Receives llama.cpp's log in this process. Create one; it stays installed until
     :meth:`close` (the engine process keeps its one to the end).
@@ -133,6 +143,7 @@ class LlamaLogCapture:
         # The ctypes callback object must outlive the registration: keep a reference.
         self._callback = llama_cpp.llama_log_callback(self._on_log)
         llama_cpp.llama_log_set(self._callback, ctypes.c_void_p(0))
+        _set_mtmd_log(self._callback, ctypes.c_void_p(0))  # the vision encoder's lines too
 
     def _on_log(self, level: int, text: Optional[bytes], _user_data: object) -> None:
         if level != _CONT:
@@ -158,6 +169,7 @@ class LlamaLogCapture:
         import llama_cpp
 
         llama_cpp.llama_log_set(self._previous, self._previous_data)
+        _set_mtmd_log(self._previous, self._previous_data)
 
     def mark(self) -> int:
         """A position in the log; pass it to :meth:`lines_since`."""

@@ -141,6 +141,12 @@ class ChatStats:
     # models.engine.reasoning.ReasoningSplitter counts them; 0 for a reply without one.
     reasoning_tokens: int = 0
     reasoning_seconds: float = 0.0  # from the first token to </think> (to the end, unclosed)
+    # Images: those in the prompt, those encoded for this reply (the others' KV cells were
+    # reused), their image tokens, and the vision encoder's time (within prefill_seconds).
+    images: int = 0
+    images_encoded: int = 0
+    image_tokens: int = 0
+    image_encode_seconds: float = 0.0
 
     @property
     def tokens_per_pass(self) -> float:
@@ -260,22 +266,39 @@ def output_constraint(options: ChatOptions):
     return constraint_for_gbnf(options.grammar)
 
 
-def validate_messages(messages: Sequence[Any]) -> list[dict[str, str]]:
+def validate_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """Check a conversation and return it as plain ``{"role", "content"}`` dicts.
 
+    ``content`` is text, or a list of parts (``{"type": "text", "text"}`` and
+    ``{"type": "image", "data": bytes}``, see :mod:`models.images`); a list without
+    images becomes its text, and images are checked here (format, size).
+
     Raises:
-        QuantDeskError: The conversation is empty or a message is malformed.
+        QuantDeskError: The conversation is empty, a message is malformed, or an image
+            cannot be used.
     """
+    from models.images import check_image, content_text
+
     if not isinstance(messages, (list, tuple)) or not messages:
         raise QuantDeskError("The conversation has no messages to reply to.",
                              "Type a message first.")
     clean = []
     for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        parts_ok = isinstance(content, (list, tuple)) and all(
+            isinstance(p, dict) and ((p.get("type") == "text" and isinstance(p.get("text"), str))
+                                     or (p.get("type") == "image" and isinstance(p.get("data"), (bytes, bytearray))))
+            for p in content)
         if not isinstance(message, dict) or message.get("role") not in ROLES \
-                or not isinstance(message.get("content"), str):
+                or not (isinstance(content, str) or parts_ok):
             raise QuantDeskError(
                 f"Message {index + 1} of the conversation is malformed: {message!r:.80}.",
                 f"Each message needs a role ({', '.join(ROLES)}) and text content.",
             )
-        clean.append({**message, "role": message["role"], "content": message["content"]})
+        if not isinstance(content, str):
+            images = [p for p in content if p["type"] == "image"]
+            for part in images:
+                check_image(part["data"])
+            content = [dict(p) for p in content] if images else content_text(content)
+        clean.append({**message, "role": message["role"], "content": content})
     return clean

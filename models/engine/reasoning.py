@@ -298,10 +298,12 @@ def reply_opens_reasoning(template: Optional[str], messages: Sequence[dict],
     or it cannot render them (the engine will say why)."""
     from app.core.errors import QuantDeskError
     from models.engine.chat_template import render_chat
+    from models.images import content_text
 
     if not template or OPEN_TAG not in template:
         return False
+    text_only = [{**m, "content": content_text(m.get("content") or "")} for m in messages]  # images aside
     try:
-        return prompt_opens_reasoning(render_chat(template, messages, thinking=thinking))
+        return prompt_opens_reasoning(render_chat(template, text_only, thinking=thinking))
     except QuantDeskError:
         return False

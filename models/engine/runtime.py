@@ -52,6 +52,7 @@ from models.engine.sessions import (SessionStore, SessionUnusable, capture_state
                                     session_fingerprint)
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+from models.engine.vision import ImagePrompt, VisionEncoder
 from models.rpc.devices import use_remote_devices
 
 log = logging.getLogger(__name__)
@@ -157,12 +158,19 @@ class LoadedModel:
                     verbose=False,
                 )
                 self.draft: Optional[DraftModel] = None
-                if settings.draft_model:
-                    try:
+                self.vision: Optional[VisionEncoder] = None
+                try:
+                    if settings.draft_model:
                         self.draft = DraftModel(settings.draft_model, self.llm, settings)
-                    except QuantDeskError:
-                        self.llm.close()
-                        raise
+                    if settings.mmproj:
+                        self.vision = VisionEncoder(settings.mmproj, self.llm.model,
+                                                    use_gpu=settings.gpu_layers != 0,
+                                                    threads=settings.batch_threads or 1)
+                except QuantDeskError:
+                    if self.draft is not None:
+                        self.draft.close()
+                    self.llm.close()
+                    raise
         except (ValueError, RuntimeError) as exc:
             reason = log_capture.first_error(mark) or str(exc)
             raise QuantDeskError(
@@ -250,10 +258,30 @@ class LoadedModel:
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Tokens of a rendered prompt; BOS added only if the vocabulary wants it and the
         template did not already write it (llama.cpp warns about a doubled BOS)."""
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=self._adds_bos(prompt), special=True)
+
+    def _adds_bos(self, prompt: str) -> bool:
         add_bos = bool(llama_low.llama_vocab_get_add_bos(self.vocab))
         if add_bos and self.bos_text and prompt.startswith(self.bos_text):
-            add_bos = False
-        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+            return False
+        return add_bos
+
+    def prompt_with_images(self, messages: list[dict], thinking: Optional[bool] = None,
+                           tools: Optional[list] = None) -> tuple[ImagePrompt, str]:
+        """A conversation with images, tokenized into text and image chunks
+        (:mod:`models.engine.vision`); each image sits where its marker is, the text
+        around it joined to it with nothing between, as llama-server lays it out."""
+        from models.images import content_text, message_images
+
+        if self.vision is None:
+            raise QuantDeskError(
+                f"{Path(self.path).name} was loaded without a vision encoder, so it cannot read "
+                "images.", "Load the model with its mmproj file (found beside the model, or "
+                "chosen with --mmproj), or send text only.")
+        images = [image for m in messages for image in message_images(m["content"])]
+        flat = [{**m, "content": content_text(m["content"], self.vision.marker)} for m in messages]
+        text = self.render(flat, thinking, tools)
+        return self.vision.tokenize(text, images, self._adds_bos(text)), text
 
     def is_end_of_generation(self, token: int) -> bool:
         """Whether ``token`` ends the model's turn (EOS, end of turn...); asked of llama.cpp
@@ -493,6 +521,8 @@ class LoadedModel:
         """Free the model and its context now rather than at garbage collection."""
         if self.draft is not None:
             self.draft.close()
+        if self.vision is not None:
+            self.vision.close()
         self.llm.close()
 
 

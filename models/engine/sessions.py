@@ -84,16 +84,21 @@ def session_fingerprint(model_path: str, settings, state_format: str) -> dict:
         settings: The resolved :class:`~models.engine.settings.LoadSettings`.
         state_format: The llama.cpp build (its state layout can change between versions).
     """
-    stat = os.stat(model_path)
-    return {
-        "model": {"name": Path(model_path).name, "size": stat.st_size,
-                  "mtime_ns": stat.st_mtime_ns},
+    def identity(path: str) -> dict:
+        stat = os.stat(path)
+        return {"name": Path(path).name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+    fingerprint = {
+        "model": identity(model_path),
         "context_length": settings.context_length,
         "kv_cache_type_k": settings.kv_cache_type_k,
         "kv_cache_type_v": settings.kv_cache_type_v,
         "flash_attention": settings.flash_attention,
         "state_format": state_format,
     }
+    if getattr(settings, "mmproj", None):  # images' cells are the vision encoder's output
+        fingerprint["mmproj"] = identity(settings.mmproj)
+    return fingerprint
 
 
 def _mismatch(saved: dict, current: dict) -> Optional[str]:

@@ -86,6 +86,9 @@ class LoadSettings:
         device_split: Shares of the offloaded layers per device, in llama.cpp's order
             (the remote devices, then this computer's GPUs), e.g. ``(1, 1)``; empty: in
             proportion to each device's free memory (llama.cpp's default).
+        mmproj: The model's vision encoder (llama.cpp's mmproj GGUF), loaded beside it so
+            messages can carry images; ``None`` for text only. Its header fixes how many
+            tokens an image can take, and the batch sizes grow to hold one whole image.
         embedding: Load for embeddings rather than chat: llama.cpp's context makes one
             pooled vector per input (the model's own pooling, mean pooling when its
             header names none) and the engine answers ``embed`` requests, not ``chat``.
@@ -111,6 +114,7 @@ class LoadSettings:
     remote_devices: tuple[str, ...] = ()
     device_split: tuple[float, ...] = ()
     embedding: bool = False
+    mmproj: Optional[str] = None
 
     def to_dict(self) -> dict:
         """Plain values, for the pipe to the engine and for settings files."""
@@ -225,8 +229,17 @@ def validate_settings(
         read_model_info(draft)  # a file that is not a GGUF model is refused with a sentence
         draft = os.path.abspath(draft)
     cpu_moe_layers = _expert_layers(settings.cpu_moe_layers, model)
+    mmproj = settings.mmproj
+    if mmproj is not None:
+        from models.engine.gguf_info import read_projector_info
+
+        projector = read_projector_info(mmproj, model)
+        mmproj = str(projector.path)
+        # llama.cpp reads a non-causal image in one micro-batch or aborts the process.
+        batch, micro = max(batch, projector.max_image_tokens), max(micro, projector.max_image_tokens)
     return replace(settings, gpu_layers=gpu_layers, main_gpu=main_gpu, threads=threads,
                    batch_threads=batch_threads, context_length=context, draft_model=draft,
+                   mmproj=mmproj, batch_size=batch, micro_batch_size=micro,
                    cpu_moe_layers=cpu_moe_layers, remote_devices=remote,
                    device_split=_device_split(settings.device_split, remote, gpu_count))
 

@@ -28,6 +28,7 @@ from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
+from models.server.images import image_from_base64, joined
 from models.server.parameters import MAX_INT, Fields, build_options
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
@@ -53,6 +54,17 @@ def _text_of(content: Any, where: str) -> str:
         return ""
     raise ApiError(400, f"{where} must be a string or a list of blocks.", param=where,
                    code="invalid_value")
+
+
+def _image_block(block: dict, where: str) -> dict:
+    """An ``image`` block (``source`` of type ``base64``) as an image content part."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind != "base64":
+        raise ApiError(400, f"{where} has an image source of type {kind!r}; this server reads "
+                            "base64 images only (it does not download URLs).",
+                       param=f"{where}.source", code="unsupported_content")
+    return image_from_base64(source.get("data"), f"{where}.source.data")
 
 
 def messages_of(body: Fields) -> list[dict]:
@@ -81,13 +93,15 @@ def messages_of(body: Fields) -> list[dict]:
         for number, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text":
-                texts.append(str(block.get("text", "")))
+                texts.append({"type": "text", "text": str(block.get("text", ""))})
+            elif kind == "image" and role == "user":
+                texts.append(_image_block(block, f"{where}.content[{number}]"))
             elif kind == "tool_use" and role == "assistant":
                 calls.append((str(block.get("id", "")), str(block.get("name", "")),
                               block.get("input") or {}))
             elif kind == "tool_result" and role == "user":
                 if texts:
-                    out.append({"role": "user", "content": "".join(texts)})
+                    out.append({"role": "user", "content": joined(texts)})
                     texts = []
                 result = _text_of(block.get("content"), f"{where}.content[{number}].content")
                 if block.get("is_error"):
@@ -100,13 +114,13 @@ def messages_of(body: Fields) -> list[dict]:
                 continue  # nothing readable to send back
             else:
                 raise ApiError(400, f"Message {index + 1} has a content block of type "
-                                    f"{kind!r}; this server reads text, tool_use and "
+                                    f"{kind!r}; this server reads text, image, tool_use and "
                                     "tool_result blocks.", param=f"{where}.content[{number}]",
                                code="unsupported_content")
         if calls:
-            out.append({"role": "assistant", "content": "".join(texts), "tool_calls": calls})
+            out.append({"role": "assistant", "content": joined(texts), "tool_calls": calls})
         elif texts or role == "assistant":
-            out.append({"role": role, "content": "".join(texts)})
+            out.append({"role": role, "content": joined(texts)})
         if role == "assistant" and "".join(thoughts):
             out[-1][REASONING_FIELD] = "".join(thoughts)  # templates that keep it read it
     return out

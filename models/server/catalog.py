@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from app.core.errors import QuantDeskError
 from models.library import Library, LibraryModel
 
 _SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$", re.IGNORECASE)
@@ -41,7 +42,8 @@ def served_models(library: Library, rescan: bool = False) -> list[ServedModel]:
     """The library's servable models, by id."""
     if rescan:
         library.scan()
-    usable = [m for m in library.models() if m.kind == "gguf" and not m.error]
+    # A vision encoder (llama.cpp's clip architecture) is part of a model, not one to serve.
+    usable = [m for m in library.models() if m.kind == "gguf" and not m.error and not m.is_projector]
     counts: dict[str, int] = {}
     for model in usable:
         counts[_stem(model)] = counts.get(_stem(model), 0) + 1
@@ -68,6 +70,22 @@ def _template_at(path: str, mtime: float) -> Optional[str]:
     from models.engine.gguf_info import read_model_info
 
     return read_model_info(path).chat_template
+
+
+@functools.lru_cache(maxsize=64)
+def _modalities_at(path: str, folder_mtime: float) -> tuple[str, ...]:
+    from models.projector import find_projector
+
+    try:
+        return ("text", "image") if find_projector(path) is not None else ("text",)
+    except QuantDeskError:
+        return ("text",)
+
+
+def input_modalities(path: Any) -> list[str]:
+    """What a model reads: ``text``, and ``image`` when a vision encoder (mmproj) that fits
+    it is beside it; looked up again when its folder changes."""
+    return list(_modalities_at(str(path), os.path.getmtime(Path(path).parent)))
 
 
 def template_of(path: Any) -> Optional[str]:

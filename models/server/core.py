@@ -44,6 +44,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.core.errors import QuantDeskError
 from models.engine.reasoning import ReasoningSplitter, reply_opens_reasoning
+from models.images import has_images
 from models.server.catalog import ServedModel, find_model, template_of
 from models.server.config import ServerConfig
 from models.server.engine_pool import EnginePool, PooledEngine
@@ -517,6 +518,11 @@ class ServerCore:
                                 "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
                                 "replies. Choose a chat model.", param="model",
                            code="embedding_model")
+        if messages is not None and has_images(messages) and not entry.reads_images:
+            raise ApiError(400, f"{model.id} has no vision encoder loaded, so it cannot read "
+                                "images. Send text only, or choose a model whose mmproj file "
+                                "is beside it (GET /v1/models lists each model's input "
+                                "modalities).", param="messages", code="images_unsupported")
         if callable(options):  # options that depend on the slot's context (max_tokens)
             options = options(entry.context_per_slot)
         parts = None

@@ -73,6 +73,12 @@ class PooledEngine:
         return bool(report is not None and getattr(report.settings, "embedding", False))
 
     @property
+    def reads_images(self) -> bool:
+        """Whether the model was loaded with a vision encoder (an mmproj)."""
+        report = self.client.last_load
+        return bool(report is not None and getattr(report.settings, "mmproj", None))
+
+    @property
     def context_per_slot(self) -> int:
         """Tokens one request's prompt and reply may hold together."""
         report = self.client.last_load
@@ -242,6 +248,10 @@ class EnginePool:
         settings = self.settings_for(path)
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
+        elif settings.mmproj is None:  # an image-text model reads images with its mmproj
+            from models.projector import with_projector
+
+            settings = with_projector(path, settings)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()

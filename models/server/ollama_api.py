@@ -29,9 +29,10 @@ from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD
-from models.server.catalog import served_models, template_of
+from models.server.catalog import input_modalities, served_models, template_of
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
+from models.server.images import image_from_base64, joined
 from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
                                        structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
@@ -87,6 +88,20 @@ def _options(body: Fields) -> dict:
     return values
 
 
+def _content(message: dict, index: int) -> Any:
+    """A message's text and its ``images`` (base64), the images first, as Ollama puts a
+    message's images before its text."""
+    text = str(message.get("content") or "")
+    images = message.get("images") or []
+    if not images:
+        return text
+    if not isinstance(images, list):
+        raise ApiError(400, f"Message {index + 1}'s images must be a list of base64 strings.",
+                       param=f"messages[{index}].images", code="invalid_value")
+    parts = [image_from_base64(data, f"messages[{index}].images[{n}]") for n, data in enumerate(images)]
+    return joined(parts + [{"type": "text", "text": text}])
+
+
 def _messages(value: Any) -> list[dict]:
     if not isinstance(value, list) or not value:
         raise ApiError(400, "The field `messages` must be a non-empty list.", param="messages",
@@ -98,11 +113,7 @@ def _messages(value: Any) -> list[dict]:
             raise ApiError(400, f"Message {index + 1} has the role {role!r}; use system, "
                                 "user, assistant or tool.", param=f"messages[{index}].role",
                            code="invalid_value")
-        if message.get("images"):
-            raise ApiError(400, "This server reads text only; message "
-                                f"{index + 1} has images.", param=f"messages[{index}].images",
-                           code="unsupported_content")
-        clean = {"role": role, "content": str(message.get("content") or "")}
+        clean = {"role": role, "content": _content(message, index)}
         calls = message.get("tool_calls") or []
         if role == "assistant" and calls:
             clean["tool_calls"] = [(f"call_{index}_{n}", c["function"]["name"],
@@ -219,7 +230,8 @@ def routes(core: ServerCore) -> list[Route]:
         if model.embedding:
             return ["embedding"]
         template = template_of(model.path) or ""
-        return ["completion", "tools"] + (["thinking"] if "<think>" in template else [])
+        vision = ["vision"] if "image" in input_modalities(model.path) else []
+        return ["completion", "tools"] + (["thinking"] if "<think>" in template else []) + vision
 
     def describe(model: Any) -> dict:
         stat = model.path.stat()

@@ -26,10 +26,11 @@ from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD, SWITCH_NAMES
-from models.server.catalog import served_models
+from models.server.catalog import input_modalities, served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
+from models.server.images import image_from_url, joined
 from models.server.parameters import (MAX_INT, Fields, embedding_inputs, options_for_slot,
                                        structured_fields)
 from models.server.request_log import STATUS_CLIENT_CLOSED
@@ -47,25 +48,30 @@ def _dumps(value: Any) -> str:
 # -- requests -------------------------------------------------------------------------
 
 
-def _message_text(content: Any, index: int) -> str:
-    """A message's content as text: a string, or a list of text parts."""
+def _message_content(content: Any, index: int) -> Any:
+    """A message's content for the engine: a string, or text and ``image_url`` parts
+    (images as data: URIs) joined as :func:`models.server.images.joined` joins them."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" \
-                    or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        parts = []
+        for number, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append({"type": "text", "text": part["text"]})
+            elif kind == "image_url":
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                parts.append(image_from_url(url, f"messages[{index}].content[{number}].image_url"))
+            else:
                 raise ApiError(400, f"Message {index + 1} has a content part of type {kind!r}; "
-                                    "this server reads text parts only.",
+                                    "this server reads text and image_url parts.",
                                param=f"messages[{index}].content", code="unsupported_content")
-            texts.append(part["text"])
-        return "".join(texts)
+        return joined(parts)
     raise ApiError(400, f"Message {index + 1}'s content must be a string or a list of text "
-                        "parts.", param=f"messages[{index}].content", code="invalid_value")
+                        "and image parts.", param=f"messages[{index}].content", code="invalid_value")
 
 
 def _call_history(calls: Any, index: int) -> list[tuple[str, str, Any]]:
@@ -113,7 +119,7 @@ def chat_messages(value: Any) -> list[dict]:
             raise ApiError(400, f"Message {index + 1} has the role {role!r}; use one of "
                                 f"{', '.join(ROLES)}.", param=f"messages[{index}].role",
                            code="invalid_value")
-        clean = {"role": ROLES[role], "content": _message_text(message.get("content"), index)}
+        clean = {"role": ROLES[role], "content": _message_content(message.get("content"), index)}
         if role == "assistant" and message.get("tool_calls"):
             clean["tool_calls"] = _call_history(message["tool_calls"], index)
         if role == "tool":
@@ -468,6 +474,7 @@ def routes(core: ServerCore) -> list[Route]:
         return {"id": model.id, "object": "model", "created": model.created,
                 "owned_by": "quantdesk", "loaded": entry is not None, "slots": slots,
                 "embedding": model.embedding,
+                "input_modalities": ["text"] if model.embedding else input_modalities(model.path),
                 "context_per_slot": context, "context_length": context,
                 "name": model.name, "path": str(model.path)}
 

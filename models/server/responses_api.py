@@ -38,6 +38,7 @@ from starlette.routing import Route
 from models.engine.reasoning import REASONING_FIELD
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
+from models.server.images import image_from_url, joined
 from models.server.openai_api import (effort_thinking, function_tools, output_format,
                                       tool_choice_of)
 from models.server.parameters import MAX_INT, Fields, options_for_slot
@@ -56,22 +57,26 @@ def _item_id(prefix: str) -> str:
 # -- the request ----------------------------------------------------------------------
 
 
-def _content_text(content: Any, where: str) -> str:
-    """A message's content (a string or text parts) as text."""
+def _content_text(content: Any, where: str, images: bool = False) -> Any:
+    """A message's content (a string or text parts; with ``images``, ``input_image`` parts
+    too) for the engine: text, or parts as :func:`models.server.images.joined` joins them."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise ApiError(400, f"{where} must be a string or a list of text parts.", param=where,
+        raise ApiError(400, f"{where} must be a string or a list of content parts.", param=where,
                        code="invalid_value")
-    texts = []
+    parts = []
     for number, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind == "input_image" and images:
+            parts.append(image_from_url(part.get("image_url"), f"{where}[{number}].image_url"))
+            continue
         if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
             raise ApiError(400, f"{where} has a part of type {kind!r}; this server reads "
-                                "text parts (input_text, output_text) only.",
+                                "input_text, output_text and (from the user) input_image parts.",
                            param=f"{where}[{number}]", code="unsupported_content")
-        texts.append(part["text"])
-    return "".join(texts)
+        parts.append({"type": "text", "text": part["text"]})
+    return joined(parts)
 
 
 def _reasoning_text(item: dict) -> str:
@@ -116,7 +121,7 @@ def input_messages(value: Any, instructions: Optional[str]) -> list[dict]:
                 raise ApiError(400, f"Input item {index + 1} has the role {item.get('role')!r}; "
                                     f"use one of {', '.join(INPUT_ROLES)}.",
                                param=f"{where}.role", code="invalid_value")
-            text = _content_text(item.get("content"), f"{where}.content")
+            text = _content_text(item.get("content"), f"{where}.content", images=role == "user")
             if role == "assistant":
                 message = assistant()
                 message["content"] += text

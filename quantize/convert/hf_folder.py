@@ -21,22 +21,28 @@ from quantize.convert.safetensors_reader import SafetensorsFile, TensorRecord
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 INDEX_FILE = "model.safetensors.index.json"
 
-#: Tensors of the vision half of image-text checkpoints (Gemma3ForConditionalGeneration):
-#: a text-only conversion leaves them out, as llama.cpp reads them from a separate mmproj.
+#: Tensors of the vision half of image-text checkpoints (Gemma3ForConditionalGeneration,
+#: SmolVLM's connector): the text model leaves them out, as llama.cpp reads them from a
+#: separate mmproj (:mod:`quantize.convert.mmproj`).
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-                   "model.multi_modal_projector.", "vision_model.", "model.vision_model.")
+                   "model.multi_modal_projector.", "vision_model.", "model.vision_model.",
+                   "model.connector.")
 
 
 def text_tensor_name(name: str) -> Optional[str]:
     """The text model's name of a checkpoint tensor; ``None`` for vision tensors.
 
     Image-text wrappers nest the language model (``language_model.model.layers...`` or,
-    since transformers 4.52, ``model.language_model.layers...``); dropping the
-    ``language_model.`` part gives the plain causal-LM names, as convert_hf_to_gguf does.
+    since transformers 4.52, ``model.language_model.layers...``; SmolVLM's
+    ``model.text_model.layers...``); dropping the ``language_model.`` (``text_model.``)
+    part gives the plain causal-LM names, as convert_hf_to_gguf does.
     """
     if name.startswith(VISION_PREFIXES):
         return None
-    return name.replace("language_model.", "") if "language_model." in name else name
+    for nesting in ("language_model.", "text_model."):
+        if nesting in name:
+            return name.replace(nesting, "")
+    return name
 
 
 def read_json(path: Path, required: bool = False) -> Optional[dict[str, Any]]:
@@ -64,7 +70,10 @@ class HFFolder:
     Attributes:
         path: The folder.
         config: ``config.json`` (for multimodal wrappers, merged with ``text_config``).
-        tensors: Every tensor record by its HF name, across all shards.
+        raw_config: ``config.json`` as written (``vision_config`` and all).
+        tensors: Every text-model tensor record by its HF name, across all shards.
+        vision_tensors: The vision half's records by their stored names (image-text
+            checkpoints; :mod:`quantize.convert.mmproj` converts them).
     """
 
     def __init__(self, path: Path) -> None:
@@ -76,6 +85,7 @@ class HFFolder:
         self.config = self._load_config()
         self._files: list[SafetensorsFile] = []
         self.tensors: dict[str, TensorRecord] = {}
+        self.vision_tensors: dict[str, TensorRecord] = {}
         try:
             self._index_weights()
         except BaseException:
@@ -102,6 +112,7 @@ class HFFolder:
 
     def _load_config(self) -> dict[str, Any]:
         config = read_json(self.path / "config.json", required=True)
+        self.raw_config = config
         text_config = config.get("text_config")
         if isinstance(text_config, dict):  # e.g. Gemma3ForConditionalGeneration
             config = {**config, **text_config, "architectures": config.get("architectures")}
@@ -143,6 +154,7 @@ class HFFolder:
             for stored_name, record in st.tensors.items():
                 name = text_tensor_name(stored_name)
                 if name is None:
+                    self.vision_tensors[stored_name] = record
                     continue
                 if name in self.tensors:
                     raise QuantDeskError(

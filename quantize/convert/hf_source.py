@@ -87,7 +87,8 @@ class HFSource:
     # TensorSource -------------------------------------------------------------------
     def metadata(self) -> list[MetadataEntry]:
         n_params = sum(int(np.prod(r.shape, dtype=np.int64)) for r in self.folder.tensors.values())
-        out = general_entries(self.folder.path.name, n_params, self.folder.text("README.md"))
+        out = general_entries(self.folder.path.name, n_params, self.folder.text("README.md"),
+                              self.folder.json("generation_config.json"))
         out += text_model_entries(self.config, self.arch)
         if self.family.metadata is not None:
             out += self.family.metadata(self.config, self.arch)

@@ -6,7 +6,7 @@ import pytest
 
 from app.cli import open_path_argument
 from app.core.errors import QuantDeskError
-from app.core.open_path import CHAT, QUANTIZE, is_unquantized_gguf, route_path
+from app.core.open_path import CHAT, QUANTIZE, OpenRoute, is_image_file, is_unquantized_gguf, route_path
 from tests.models.library_gguf import write_gguf
 
 
@@ -71,3 +71,11 @@ def test_open_path_without_display_says_what_to_run(tmp_path, capsys, monkeypatc
     assert cli.main([str(model)]) == 2
     err = capsys.readouterr().err
     assert "no display" in err and f"quantdesk chat {model}" in err
+
+
+def test_pictures_go_to_the_chat_page(tmp_path):
+    for name in ("photo.PNG", "scan.jpg", "scan.jpeg", "anim.gif", "old.bmp"):
+        (tmp_path / name).write_bytes(b"x")
+        assert is_image_file(tmp_path / name)
+        assert route_path(tmp_path / name, "Quantize") == OpenRoute(CHAT, (tmp_path / name).resolve())
+    assert not is_image_file(tmp_path / "model.gguf")

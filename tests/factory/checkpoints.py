@@ -143,6 +143,14 @@ _LLAMA_CONFIG = ARCHITECTURES["llama"].config
 _GEMMA_CONFIG = {"hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
                  "query_pre_attn_scalar": 16, "attention_bias": False, "tie_word_embeddings": True,
                  "sliding_window": 128, "pad_token_id": 0}
+def _gemma3_spec(tokenizer: str) -> ArchSpec:
+    return ArchSpec("gemma3_text", "Gemma3ForCausalLM", {
+        **_GEMMA_CONFIG, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "attn_logit_softcapping": None, "final_logit_softcapping": None,
+        "layer_types": ["sliding_attention", "full_attention"]},
+        lambda c: _qk_norm_tensors(c, _gemma_tensors), tokenizer=tokenizer, chat_template=GEMMA_TEMPLATE)
+
+
 ARCHITECTURES.update({
     # Llama 3.1-style "llama3" RoPE scaling; a small original context makes every band matter.
     "llama3": ArchSpec("llama", "LlamaForCausalLM", {**_LLAMA_CONFIG, "rope_theta": 500000.0, "rope_scaling": {
@@ -164,12 +172,9 @@ ARCHITECTURES.update({
     "gemma2": ArchSpec("gemma2", "Gemma2ForCausalLM", {**_GEMMA_CONFIG, "attn_logit_softcapping": 1.0,
                        "final_logit_softcapping": 2.0}, _gemma_tensors, tokenizer="gemma-spm",
                        chat_template=GEMMA_TEMPLATE),
-    "gemma3": ArchSpec("gemma3_text", "Gemma3ForCausalLM", {**_GEMMA_CONFIG, "rope_theta": 1000000.0,
-                       "rope_local_base_freq": 10000.0, "attn_logit_softcapping": None,
-                       "final_logit_softcapping": None,
-                       "layer_types": ["sliding_attention", "full_attention"]},
-                       lambda c: _qk_norm_tensors(c, _gemma_tensors), tokenizer="gemma-spm",
-                       chat_template=GEMMA_TEMPLATE),
+    "gemma3": _gemma3_spec("gemma-spm"),
+    # Gemma 3's text model with the image markers in its tokenizer (the image-text checkpoints').
+    "gemma3vl": _gemma3_spec("gemmavl-spm"),
     "phi3": ArchSpec("phi3", "Phi3ForCausalLM", {"rope_theta": 10000.0, "rms_norm_eps": 1e-5,
                      "hidden_act": "silu", "original_max_position_embeddings": 512, "sliding_window": None,
                      "attention_bias": False, "pad_token_id": None}, _phi3_tensors, tokenizer="phi3-spm",
@@ -384,21 +389,25 @@ def write_tiny_checkpoint(
         _write_chatml_tokenizer_config(dest, ids, config)
 
     shapes = spec.tensors(config)
-    weights = _weights(shapes, seed)
+    files = write_weights(dest, _weights(shapes, seed), dtype, shards)
+    return TinyCheckpoint(dest, arch, dtype, config, shapes, files)
+
+
+def write_weights(dest: Path, weights: dict[str, np.ndarray], dtype: str, shards: int) -> list[Path]:
+    """``model.safetensors``, or ``shards`` files and their index; the files written."""
     names = list(weights)
     files: list[Path] = []
     if shards <= 1:
         files.append(dest / "model.safetensors")
         write_safetensors(files[0], weights, dtype)
-    else:
-        groups = np.array_split(np.arange(len(names)), shards)
-        weight_map, total = {}, 0
-        for n, group in enumerate(groups, start=1):
-            file = dest / f"model-{n:05d}-of-{shards:05d}.safetensors"
-            part = {names[i]: weights[names[i]] for i in group}
-            total += write_safetensors(file, part, dtype)
-            weight_map.update({name: file.name for name in part})
-            files.append(file)
-        (dest / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    return TinyCheckpoint(dest, arch, dtype, config, shapes, files)
+        return files
+    weight_map, total = {}, 0
+    for n, group in enumerate(np.array_split(np.arange(len(names)), shards), start=1):
+        file = dest / f"model-{n:05d}-of-{shards:05d}.safetensors"
+        part = {names[i]: weights[names[i]] for i in group}
+        total += write_safetensors(file, part, dtype)
+        weight_map.update({name: file.name for name in part})
+        files.append(file)
+    (dest / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return files

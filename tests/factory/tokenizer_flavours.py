@@ -86,7 +86,11 @@ def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int
     return TokenizerFiles(tokenizer.get_vocab_size(), bos, "<|im_end|>", ids)
 
 
-def _train_spm(gemma: bool, vocab_size: int) -> bytes:
+#: The image markers of Gemma 3's tokenizer (begin, end, and the placeholder of each image token).
+GEMMA_IMAGE_SPECIALS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+
+
+def _train_spm(gemma: bool, vocab_size: int, symbols: tuple[str, ...] = ()) -> bytes:
     import sentencepiece as spm
 
     buf = io.BytesIO()
@@ -94,18 +98,21 @@ def _train_spm(gemma: bool, vocab_size: int) -> bytes:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(TRAINING_CORPUS * 20), model_writer=buf, vocab_size=vocab_size,
         model_type="bpe", byte_fallback=True, character_coverage=0.995, split_digits=True,
-        user_defined_symbols=["<start_of_turn>", "<end_of_turn>"] if gemma else [],
+        user_defined_symbols=(["<start_of_turn>", "<end_of_turn>"] if gemma else []) + list(symbols),
         add_dummy_prefix=not gemma, remove_extra_whitespaces=False, allow_whitespace_only_pieces=True,
         normalization_rule_name="identity", hard_vocab_limit=False, minloglevel=2, **ids)
     return buf.getvalue()
 
 
 def write_sentencepiece(dest: Path, flavour: str, max_len: int, vocab_size: int = 600) -> TokenizerFiles:
-    """A SentencePiece tokenizer.model (``llama``, ``gemma`` or ``phi3`` style) + tokenizer.json."""
+    """A SentencePiece tokenizer.model (``llama``, ``gemma`` or ``phi3`` style; ``gemmavl`` is
+    Gemma with Gemma 3's image markers) + tokenizer.json."""
     import transformers
 
-    gemma = flavour == "gemma"
-    (dest / "tokenizer.model").write_bytes(_train_spm(gemma, vocab_size))
+    vision = flavour == "gemmavl"
+    gemma = flavour == "gemma" or vision
+    image_specials = GEMMA_IMAGE_SPECIALS if vision else []
+    (dest / "tokenizer.model").write_bytes(_train_spm(gemma, vocab_size, tuple(image_specials)))
     bos, eos, unk = ("<bos>", "<eos>", "<unk>") if gemma else ("<s>", "</s>", "<unk>")
     config = {
         "tokenizer_class": "GemmaTokenizer" if gemma else "LlamaTokenizer",
@@ -127,7 +134,7 @@ def write_sentencepiece(dest: Path, flavour: str, max_len: int, vocab_size: int 
             for t in PHI3_SPECIALS]})
         tok.eos_token = "<|endoftext|>"
     tok.save_pretrained(dest)
-    specials = [bos, eos, unk] + (["<start_of_turn>", "<end_of_turn>"] if gemma else [])
+    specials = [bos, eos, unk] + (["<start_of_turn>", "<end_of_turn>"] if gemma else []) + image_specials
     specials += PHI3_SPECIALS if flavour == "phi3" else []
     ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
     return TokenizerFiles(len(tok), bos, tok.eos_token, ids)

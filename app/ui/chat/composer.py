@@ -1,16 +1,24 @@
-"""The composer: the message box ("Message") with Send and Stop.
+"""The composer: the message box ("Message") with Send, Stop and Attach image, and the
+pictures attached to the next message (:mod:`app.ui.chat.attachments`).
 
 Enter sends, Shift+Enter starts a new line, Esc stops the reply. The box stays enabled
 while a reply streams (the page refuses a second send instead), so keyboard focus is
 never lost. Dropped or pasted file URLs are not inserted as ``file:///`` text: the
-window's drop filter opens them (:mod:`app.ui.drops`).
+window's drop filter opens them (:mod:`app.ui.drops`; a picture file is attached). A
+pasted picture (a screenshot) is attached.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QImage, QKeyEvent
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout,
+                               QWidget)
+
+from app.core.errors import QuantDeskError
+from app.ui.chat.attachments import AttachmentStrip, png_of
 
 
 class MessageBox(QPlainTextEdit):
@@ -18,6 +26,7 @@ class MessageBox(QPlainTextEdit):
 
     send_requested = Signal()
     stop_requested = Signal()
+    image_pasted = Signal(QImage)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -43,19 +52,27 @@ class MessageBox(QPlainTextEdit):
         return source.hasUrls() and any(url.isLocalFile() for url in source.urls())
 
     def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 - Qt
-        return not self._is_file(source) and super().canInsertFromMimeData(source)
+        return source.hasImage() or (not self._is_file(source) and super().canInsertFromMimeData(source))
 
     def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt
-        if not self._is_file(source):  # a file is opened by the window, never pasted as a URL
+        if source.hasImage() and not self._is_file(source):
+            self.image_pasted.emit(source.imageData())
+        elif not self._is_file(source):  # a file is opened by the window, never pasted as a URL
             super().insertFromMimeData(source)
 
 
 class Composer(QWidget):
-    """Message box, Send and Stop, and a line saying when a message is being edited."""
+    """Message box, Send, Stop and Attach image, the attached pictures, and a line saying
+    when a message is being edited."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.box = MessageBox()
+        self.attachments = AttachmentStrip()
+        self.attach_button = QPushButton("Attach image")
+        self.attach_button.setAccessibleName("Attach image")
+        self.attach_button.clicked.connect(self.choose_images)
+        self.box.image_pasted.connect(lambda image: self.attach(png_of(image)))
         self.send_button = QPushButton("Send")
         self.send_button.setAccessibleName("Send")
         self.send_button.setDefault(True)
@@ -70,6 +87,7 @@ class Composer(QWidget):
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
@@ -78,11 +96,43 @@ class Composer(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 4, 12, 10)
         layout.addWidget(self.note)
+        layout.addWidget(self.attachments)
         layout.addLayout(row)
+        self.set_vision(False, "Load a model that reads images (its mmproj file beside it) to attach pictures.")
 
     def set_streaming(self, streaming: bool) -> None:
         """Stop is on while a reply streams; the box stays enabled and focused."""
         self.stop_button.setEnabled(streaming)
+
+    def set_vision(self, reads_images: bool, why_not: str = "") -> None:
+        """Attach image is on only for a model that reads images; ``why_not`` says why not."""
+        self.attach_button.setEnabled(reads_images)
+        self.attach_button.setToolTip("Attach a picture (you can also drop or paste one)"
+                                      if reads_images else why_not)
+
+    def attach(self, data: bytes) -> None:
+        """Attach a picture, or say in the note why it cannot be."""
+        if not self.attach_button.isEnabled():
+            return self.show_note(self.attach_button.toolTip())
+        try:
+            self.attachments.add(data)
+        except QuantDeskError as exc:
+            return self.show_note(exc.user_message)
+        self.show_note("")
+
+    def attach_file(self, path: Path) -> None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            return self.show_note(f"Could not read {Path(path).name}: {exc.strerror}.")
+        self.attach(data)
+
+    def choose_images(self) -> None:
+        dialog = QFileDialog(self, "Attach pictures")
+        dialog.setNameFilters(["Pictures (*.png *.jpg *.jpeg *.gif *.bmp)", "All files (*)"])
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.filesSelected.connect(lambda names: [self.attach_file(Path(n)) for n in names])
+        dialog.open()
 
     def show_note(self, text: str) -> None:
         """A line above the box ("Editing your message…", an error); "" hides it."""

@@ -38,6 +38,11 @@ def facts_line(stats: Optional[dict]) -> str:
         parts.append(f"restored {reused:,} tokens from disk")
     elif reused:
         parts.append(f"reused {reused:,} cached tokens")
+    images, encoded = stats.get("images", 0), stats.get("images_encoded", 0)
+    if images:
+        word = "picture" if images == 1 else "pictures"
+        parts.append(f"{images} {word}, {encoded} encoded in {stats.get('image_encode_seconds', 0.0):.2f} s"
+                     if encoded else f"{images} {word} from the cache")
     if stats.get("session_notice"):
         parts.append(stats["session_notice"].rstrip("."))
     if stats.get("draft_tokens"):

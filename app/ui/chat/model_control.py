@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from app.core.errors import QuantDeskError
+from models.projector import with_projector
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class ModelControl:
 
         library = Library()
         library.scan()
-        return library.models(), library.quality_reports()
+        # A vision encoder (mmproj) loads with its model: it is not a model to pick.
+        return [m for m in library.models() if not m.is_projector], library.quality_reports()
 
     def _library_arrived(self, listing: tuple) -> None:
         """The background Library scan's list: into the picker; and a reopened
@@ -42,8 +44,14 @@ class ModelControl:
             self._follow_conversation_model(waiting[1])
 
     def open_path(self, path: Path) -> None:
-        """The window's "open this path" entry for a ``.gguf``: load it, focus the box."""
+        """The window's "open this path" entry: a ``.gguf`` is loaded, a picture attached
+        to the next message; then the box has the focus."""
+        from app.core.open_path import is_image_file
+
         self.ensure_started()
+        if is_image_file(path):
+            self.composer.attach_file(Path(path))
+            return self.focus_message_box()
         self.panel.show_model(Path(path))
         self.load_model(Path(path))
         self.focus_message_box()
@@ -70,6 +78,9 @@ class ModelControl:
             return
         if settings is None:
             settings = model_settings.load_settings_for(path)
+        if settings.mmproj is None or not Path(settings.mmproj).is_file():
+            settings = with_projector(path, settings)
+        self.composer.set_vision(False, "The model is loading.")
         self.panel.load_form.set_settings(settings)
         self.panel.progress.setRange(0, 0)  # busy until the first fraction arrives
         self.panel.progress.show()
@@ -111,6 +122,11 @@ class ModelControl:
             f" This model has no chat template of its own; QuantDesk formats the chat with its {template} preset."
         self.panel.status.setText(f"Loaded in {report.load_seconds:.1f} s. {report.summary()}.{note}")
         self._show_thinking_switch(self._stored_thinking())
+        if report.settings.mmproj:
+            self.composer.set_vision(True)
+        else:
+            self.composer.set_vision(False, f"{Path(report.path).name} reads text only: no vision "
+                                            "encoder (mmproj file) was found beside it.")
         try:
             model_settings.remember_load_settings(report.path, report.settings)
         except QuantDeskError as exc:
@@ -119,6 +135,7 @@ class ModelControl:
             self.banner.clear()
 
     def _load_failed(self, message: str) -> None:
+        self.composer.set_vision(False, "No model is loaded.")
         self.panel.progress.hide()
         self.panel.status.setText("No model loaded.")
         self.banner.show_message(message, "error")

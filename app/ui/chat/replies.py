@@ -43,7 +43,7 @@ class Replies:
         for message in self.branch:
             if message.seq == before_seq:
                 break
-            messages.append(thinking.history_message(message.role, message.content,
+            messages.append(thinking.history_message(message.role, message.message["content"],
                                                      message.reasoning))
         return messages
 
@@ -57,13 +57,16 @@ class Replies:
     def send(self) -> None:
         """Send the message box's text (as a new branch when a message is being edited)."""
         text = self.box.toPlainText().strip()
-        if not text or self._refuse_while_streaming():
+        pictures = self.composer.attachments.images
+        if not (text or pictures) or self._refuse_while_streaming():
             return
         self.ensure_started()
         if self.engine.loading and not self.engine.ready:
             return self.composer.show_note("The model is still loading; send again when it is ready.")
         editing = self.editing
-        user = {"role": "user", "content": text}
+        parts = [{"type": "image", "data": p} for p in pictures] + [{"type": "text", "text": text}] \
+            if pictures else None
+        user = {"role": "user", "content": parts if parts else text}
         parent = editing.parent if editing is not None else None
         history = self._history(editing.seq if editing is not None else None)
         if not self._start_reply(history + [user], parent_for_reply=None):
@@ -76,13 +79,14 @@ class Replies:
         message = BranchMessage(user_seq if user_seq is not None else -2 - len(self.branch),
                                 parent if parent is not None else
                                 (self.branch[-1].seq if self.branch else ROOT),
-                                "user", text, 0.0, None, 1, [])
+                                "user", text, 0.0, None, 1, [], parts=parts)
         self._reply_parent = message.seq
         if self.stored:
             self.branch = self.store.branch(self.conversation_id)
         else:
             self.branch.append(message)
         self.box.clear()
+        self.composer.attachments.take()
         self._cancel_edit()
         if editing is not None:
             self.transcript.set_messages(self.branch)

@@ -25,12 +25,14 @@ Folding and copying the thinking are the view's own (``qd:think:SEQ``,
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 from typing import Optional
 
-from PySide6.QtCore import QUrl, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPalette, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import (QColor, QGuiApplication, QImage, QPalette, QTextBlockFormat, QTextCharFormat,
+                           QTextCursor, QTextDocument)
 from PySide6.QtWidgets import QTextBrowser
 
 from app.ui.chat.facts import facts_line
@@ -42,6 +44,7 @@ SHOWN_AT_FIRST = 40  # messages rendered when a conversation opens; earlier ones
 ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}
 STREAMING = -1  # the key of the reply being streamed, for folding its thinking
 REASONING_INDENT = 14  # pixels the unfolded thinking is set in from the answer
+PICTURE_SIZE = 160  # pixels a side of a message's pictures in the transcript
 
 
 def pretty_json(text: str) -> str:
@@ -202,10 +205,30 @@ class TranscriptView(QTextBrowser):
         elif message.role == "assistant":
             writer.append(cursor, message.content)
         else:  # what a person typed is shown as typed
+            self._append_pictures(cursor, getattr(message, "images", None) or [])
             writer.append_plain(cursor, message.content)
         line = facts_line(stats)
         if line:
             self._append_note(cursor, line)
+
+    def _append_pictures(self, cursor: QTextCursor, pictures: list[bytes]) -> None:
+        """A message's pictures as thumbnails (the document keeps each image once)."""
+        if not pictures:
+            return
+        document = self.document()
+        tags = []
+        for data in pictures:
+            name = QUrl("qdimage:" + hashlib.sha256(data).hexdigest())
+            if document.resource(QTextDocument.ResourceType.ImageResource, name) is None:
+                image = QImage.fromData(data)
+                if image.isNull():
+                    continue
+                document.addResource(QTextDocument.ResourceType.ImageResource, name,
+                                     image.scaled(PICTURE_SIZE, PICTURE_SIZE, Qt.AspectRatioMode.KeepAspectRatio,
+                                                  Qt.TransformationMode.SmoothTransformation))
+            tags.append(f'<img src="{name.toString()}"> ')
+        self.writer().new_block(cursor)
+        cursor.insertHtml("".join(tags))
 
     # -- thinking -------------------------------------------------------------------
 

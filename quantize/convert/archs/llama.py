@@ -55,7 +55,9 @@ def llama3_rope_freqs(config: dict) -> list[tuple[str, np.ndarray]]:
 
 LLAMA = register(Architecture(
     gguf_arch="llama",
-    hf_classes=("LlamaForCausalLM", "LLaMAForCausalLM"),
+    # SmolVLM's text model is a Llama (its vision half: quantize/convert/vision/smolvlm.py).
+    hf_classes=("LlamaForCausalLM", "LLaMAForCausalLM", "Idefics3ForConditionalGeneration",
+                "SmolVLMForConditionalGeneration"),
     permute_qk=True,
     metadata=llama_metadata,
     extra_tensors=llama3_rope_freqs,

@@ -122,7 +122,18 @@ def test_previous_response_id_is_refused_with_a_sentence(client):
     assert "whole conversation" in caught.value.message
 
 
-def test_input_items_that_are_not_text_are_refused(client):
-    with pytest.raises(openai.BadRequestError, match="input_image"):
+def test_input_images_are_checked_and_refused_by_a_model_without_vision(client):
+    """SmolLM2 reads text only: a picture is a 400 that says so; a damaged one is a 400
+    naming its field (tests/models/server/test_vision_server.py sends them to a model
+    that reads them)."""
+    import base64
+
+    from tests.factory.images import png_bytes, sample_picture
+
+    picture = "data:image/png;base64," + base64.b64encode(png_bytes(sample_picture(16))).decode()
+    with pytest.raises(openai.BadRequestError, match="cannot read images"):
+        client.responses.create(**BASE, input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": picture}, {"type": "input_text", "text": "What?"}]}])
+    with pytest.raises(openai.BadRequestError, match=r"input\[0\]\.content\[0\]\.image_url"):
         client.responses.create(**BASE, input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])

@@ -36,6 +36,22 @@ Math stays readable: $e^{i\\pi} + 1 = 0$. More in the [Python docs](https://docs
 """
 
 
+def run_screenshot_script(module: str, display: str, timeout: int = 600) -> Path:
+    """Run ``python -m module ARTIFACTS`` on the X display ``display``; the artifacts folder."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO_ROOT
+
+    artifacts = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=display, QT_QPA_PLATFORM="xcb", PYTHONPATH=str(REPO_ROOT))
+    run = subprocess.run([sys.executable, "-m", module, str(artifacts)], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return artifacts
+
+
 def settle(app, seconds=0.4) -> None:
     end = time.time() + seconds
     while time.time() < end:

@@ -5,11 +5,7 @@ next prompt holds — and the per-conversation thinking switch with Qwen3's temp
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QUrl
@@ -19,7 +15,6 @@ from app.core.conversations import BranchMessage, ConversationStore
 from app.ui.chat.transcript import STREAMING, TranscriptView
 from models.engine.reasoning import REASONING_FIELD, ReasoningSplitter
 from tests.ui.chat.conftest import open_chat_window, wait_reply
-from tests.conftest import REPO_ROOT
 from tests.ui.chat.recorded_reply import (ANSWER, QWEN3_TEMPLATE, R1_TEMPLATE, REPLY, THOUGHT,
                                           RecordedClient, prompt_of, use_recorded_model)
 from tests.ui.test_real_window_xvfb import xvfb_display  # noqa: F401 - fixture
@@ -206,12 +201,9 @@ def test_a_model_that_does_not_reason_is_unchanged(qtbot):
 
 @pytest.mark.xvfb
 def test_screenshots_of_a_reasoning_reply_light_and_dark(xvfb_display):
-    artifacts = Path(os.environ.get("QUANTDESK_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))
-    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
-    env.update(DISPLAY=xvfb_display, QT_QPA_PLATFORM="xcb", PYTHONPATH=str(REPO_ROOT))
-    run = subprocess.run([sys.executable, "-m", "tests.ui.chat.reasoning_screenshots", str(artifacts)],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    from tests.ui.chat.screenshots import run_screenshot_script
+
+    artifacts = run_screenshot_script("tests.ui.chat.reasoning_screenshots", xvfb_display, timeout=300)
     for scene in ("thinking", "thinking-unfolded", "folded", "unfolded"):
         for theme in ("light", "dark"):
             shot = artifacts / f"chat-reasoning-{scene}-{theme}.png"

@@ -1,0 +1,211 @@
+"""Images in the engine: llama.cpp's libmtmd driven directly (engine process only).
+
+A model loaded with its vision encoder (an *mmproj* file) gets a :class:`VisionEncoder`.
+A prompt with images is rendered with libmtmd's media marker where each image goes and
+tokenized by ``mtmd_tokenize`` into text chunks and image chunks; :class:`ImagePrompt`
+lays them out as one token list the scheduler and the prompt cache understand: an image
+chunk of *n* tokens is *n* copies of a placeholder id (a negative number derived from the
+image's SHA-256), so a conversation that sends the same picture again shares the prefix
+and reuses the KV cells, and a different picture differs at its first cell. A prefix is
+never kept or cut inside an image (:meth:`ImagePrompt.whole_prefix`).
+
+An image chunk is evaluated on its own, not in the shared text batch: ``mtmd_encode_chunk``
+runs the vision encoder, then ``mtmd_helper_decode_image_chunk`` writes its embeddings into
+the sequence's KV cells — with non-causal attention for the models that need it (Gemma 3),
+which llama.cpp can only do when the whole image fits one micro-batch; the load makes the
+batches large enough (``settings``, from the mmproj's header).
+
+Why not llama-cpp-python's multimodal chat handlers: they clear the cache and encode every
+image again on every call, take images only from user messages, and fetch URLs.
+
+Models whose image positions are not one per token (M-RoPE: Qwen2-VL and later) are
+refused with a sentence for now: their positions need counting apart from tokens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import llama_cpp
+from llama_cpp import mtmd_cpp as mtmd
+
+from app.core.errors import QuantDeskError
+from models.images import check_image
+
+
+def placeholder_id(digest: bytes) -> int:
+    """The token id an image's cells carry in token lists: negative (never a vocabulary
+    id), within int32 (prompt-cache keys pack ids in 4 bytes), from the image's hash."""
+    return -1 - (int.from_bytes(digest[:4], "little") & 0x3FFFFFFF)
+
+
+@dataclass
+class ImageSpan:
+    """One image chunk of a prompt: where it starts in the token list and its size."""
+
+    start: int
+    n_tokens: int
+    chunk: object  # mtmd_input_chunk_p, owned by the prompt's chunk list
+
+
+@dataclass
+class ImagePrompt:
+    """A tokenized prompt with images: tokens (images as placeholder runs) and the chunks.
+
+    Free it with :meth:`close` (the chunks hold the preprocessed pictures).
+    """
+
+    tokens: list[int]
+    spans: dict[int, ImageSpan] = field(default_factory=dict)
+    chunks: object = None
+
+    def whole_prefix(self, n: int) -> int:
+        """``n`` moved back to the start of the image it would cut, if any."""
+        for span in self.spans.values():
+            if span.start < n < span.start + span.n_tokens:
+                return span.start
+        return n
+
+    def next_image(self, position: int) -> Optional[int]:
+        """The start of the first image at or after ``position``."""
+        starts = [s for s in self.spans if s >= position]
+        return min(starts) if starts else None
+
+    @property
+    def image_count(self) -> int:
+        return len(self.spans)
+
+    def close(self) -> None:
+        if self.chunks is not None:
+            mtmd.mtmd_input_chunks_free(self.chunks)
+            self.chunks = None
+
+
+class VisionEncoder:
+    """A model's vision encoder (mmproj), loaded beside it with libmtmd.
+
+    Args:
+        path: The mmproj GGUF file.
+        model: The loaded ``llama_model`` pointer (``Llama.model``).
+        use_gpu: Run the encoder on the GPU (when the model's layers go there).
+        threads: CPU threads for encoding.
+    """
+
+    def __init__(self, path: str, model, use_gpu: bool, threads: int) -> None:
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = threads
+        params.print_timings = False
+        self.ctx = mtmd.mtmd_init_from_file(path.encode("utf-8"), model, params)
+        if not self.ctx:
+            raise QuantDeskError(
+                f"llama.cpp could not load the vision encoder {path}.",
+                "Check that the mmproj file belongs to this model and is complete; the log has "
+                "llama.cpp's report.")
+        self.path = path
+        self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
+        self.marker = mtmd.mtmd_default_marker().decode("utf-8")
+
+    def close(self) -> None:
+        if self.ctx:
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+    def tokenize(self, text: str, images: list[bytes], add_special: bool) -> ImagePrompt:
+        """``text`` with one :attr:`marker` per image → an :class:`ImagePrompt`."""
+        if not self.vision:
+            raise QuantDeskError("This model's mmproj file has no vision encoder (it reads audio only).",
+                                 "Send text, or load the model with a vision mmproj.")
+        if self.mrope:
+            raise QuantDeskError(
+                "QuantDesk cannot yet place images for this model (its image positions are "
+                "M-RoPE, as in Qwen2-VL).", "Use a Gemma 3 or SmolVLM model for images for now.")
+        bitmaps = []
+        try:
+            for data in images:
+                info = check_image(data)
+                buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buffer, len(data), False)
+                if not bitmap:
+                    raise QuantDeskError(
+                        f"The {info.format} image ({info.width}×{info.height}) could not be decoded; "
+                        "the file is damaged or truncated.", "Send the image again, or another copy of it.")
+                mtmd.mtmd_bitmap_set_id(bitmap, info.sha256.encode("ascii"))
+                bitmaps.append(bitmap)
+            return self._tokenize(text, bitmaps, add_special)
+        finally:
+            for bitmap in bitmaps:
+                mtmd.mtmd_bitmap_free(bitmap)
+
+    def _tokenize(self, text: str, bitmaps: list, add_special: bool) -> ImagePrompt:
+        raw = text.encode("utf-8")
+        source = mtmd.mtmd_input_text(raw, len(raw), add_special, True)
+        array = (mtmd.mtmd_bitmap_p_ctypes * max(len(bitmaps), 1))(*bitmaps)
+        chunks = mtmd.mtmd_input_chunks_init()
+        code = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(source), array, len(bitmaps))
+        if code != 0:
+            mtmd.mtmd_input_chunks_free(chunks)
+            reason = {1: "the number of images does not match the image markers in the prompt",
+                      2: "an image could not be preprocessed"}.get(code, f"error {code}")
+            raise QuantDeskError(f"llama.cpp could not read the prompt's images: {reason}.",
+                                 "Send the message again; if an image is damaged, send another copy.")
+        prompt = ImagePrompt([], chunks=chunks)
+        seen: dict[bytes, int] = {}  # an image split in tiles has one chunk per tile
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                count = ctypes.c_size_t(0)
+                pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+                prompt.tokens.extend(pointer[i] for i in range(count.value))
+                continue
+            n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+            chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
+            seen[chunk_id] = seen.get(chunk_id, -1) + 1
+            digest = hashlib.sha256(chunk_id + b"/%d/%d" % (seen[chunk_id], n_tokens)).digest()
+            prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk)
+            prompt.tokens.extend([placeholder_id(digest)] * n_tokens)
+        return prompt
+
+    def evaluate(self, span: ImageSpan, llama_ctx, n_past: int, seq_id: int, n_batch: int) -> tuple[float, float]:
+        """Encode one image and write it into ``seq_id``'s KV cells from ``n_past`` on.
+
+        Returns:
+            Seconds spent encoding and decoding it.
+
+        Raises:
+            QuantDeskError: llama.cpp failed (the cells written so far are the caller's to drop).
+        """
+        if span.n_tokens > n_batch and mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk):
+            # llama.cpp would abort the process: a non-causal image must fit one micro-batch.
+            raise QuantDeskError(
+                f"An image takes {span.n_tokens} tokens, more than the {n_batch}-token batch the "
+                "model was loaded with, and this model must read an image in one batch.",
+                f"Reload the model with a batch and micro-batch size of at least {span.n_tokens}.")
+        started = time.perf_counter()
+        if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+            raise QuantDeskError("llama.cpp's vision encoder failed on an image.",
+                                 "Send the message again; the log has llama.cpp's report.")
+        encoded = time.perf_counter()
+        embd = mtmd.mtmd_get_output_embd(self.ctx)
+        new_n_past = llama_cpp.llama_pos(0)
+        code = mtmd.mtmd_helper_decode_image_chunk(self.ctx, llama_ctx, span.chunk, embd, n_past, seq_id,
+                                                   n_batch, ctypes.byref(new_n_past),
+                                                   mtmd.mtmd_helper_post_decode_callback(), None)
+        if code != 0:
+            raise ImageDecodeFailed(code)
+        return encoded - started, time.perf_counter() - encoded
+
+
+class ImageDecodeFailed(QuantDeskError):
+    """llama_decode of an image's embeddings returned ``code`` (2: aborted by a cancel)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"llama.cpp failed to read an image into the conversation (error {code}).",
+                         "Send the message again; if it keeps failing, reload the model.")
+        self.code = code

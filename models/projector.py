@@ -1,0 +1,71 @@
+"""Which vision encoder (mmproj file) goes with a model: found beside it, by llama.cpp's rule.
+
+Image-text models ship their vision encoder as a separate GGUF, ``mmproj-*.gguf``,
+published beside the quantized text models (several precisions in one repository). A
+model's mmproj is the one in its own folder that makes embeddings of the model's width,
+preferring F16 (llama.cpp's converter's default and the precision its authors test), then
+the precisions closest to it. The file's own header (``clip.has_vision_encoder``) says
+whether it reads images, not its name.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Optional
+
+from app.core.errors import QuantDeskError
+
+log = logging.getLogger(__name__)
+
+#: Preference among an mmproj's precisions (file type words in the file name).
+PRECISION_ORDER = ("F16", "BF16", "F32", "Q8_0")
+
+
+def _rank(path: Path) -> tuple[int, str]:
+    name = path.stem.upper()
+    for rank, word in enumerate(PRECISION_ORDER):
+        if re.search(rf"(?<![A-Z0-9]){word}(?![A-Z0-9])", name):
+            return rank, path.name
+    return len(PRECISION_ORDER), path.name
+
+
+def projector_candidates(model_path: Path | str) -> list[Path]:
+    """The ``*mmproj*.gguf`` files beside ``model_path``, best first."""
+    model_path = Path(model_path)
+    found = [p for p in model_path.parent.glob("*.gguf")
+             if "mmproj" in p.name.lower() and p != model_path and p.is_file()]
+    return sorted(found, key=_rank)
+
+
+def find_projector(model_path: Path | str) -> Optional[Path]:
+    """The vision encoder to load with ``model_path``, or ``None`` when it has none.
+
+    A candidate whose width does not match the model, or that cannot be read, is skipped
+    (the log says why) so that a folder of several models pairs each with its own.
+    """
+    from models.engine.gguf_info import read_model_info, read_projector_info
+
+    candidates = projector_candidates(model_path)
+    if not candidates:
+        return None
+    model = read_model_info(model_path)
+    for candidate in candidates:
+        try:
+            info = read_projector_info(candidate, model)
+        except QuantDeskError as exc:
+            log.info("not pairing %s with %s: %s", candidate.name, Path(model_path).name, exc.what)
+            continue
+        if info.vision:
+            return candidate
+    return None
+
+
+def with_projector(model_path: Path | str, settings):
+    """``settings`` (:class:`~models.engine.settings.LoadSettings`) naming the mmproj beside
+    ``model_path``, or none when there is none."""
+    from dataclasses import replace
+
+    projector = find_projector(model_path)
+    return replace(settings, mmproj=str(projector) if projector is not None else None)

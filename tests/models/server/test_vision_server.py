@@ -1,0 +1,113 @@
+"""Images through the API: the real openai, anthropic and ollama clients against the server
+with a tiny Gemma 3 whose mmproj lies beside it (found and loaded by the server).
+
+The same picture and question in every dialect is the same prompt, so the greedy replies
+must be the same tokens; a model without a vision encoder answers an image with a 400 that
+says so, and a damaged image is a 400 naming its field.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import pytest
+
+from tests.factory.images import png_bytes, sample_picture
+from tests.factory.vision import model_with_and_without_projector
+from tests.models.conftest import TEST_THREADS
+from tests.models.server.conftest import library_of
+
+pytest.importorskip("torch")
+
+PICTURE = png_bytes(sample_picture())
+B64 = base64.b64encode(PICTURE).decode()
+DATA_URI = "data:image/png;base64," + B64
+QUESTION = "What is this?"
+
+
+@pytest.fixture(scope="module")
+def models(server_home, tmp_path_factory):
+    """The tiny Gemma 3 with its mmproj beside it, and the same text model alone."""
+    return model_with_and_without_projector(tmp_path_factory.mktemp("vision-server"))
+
+
+@pytest.fixture(scope="module")
+def server(server_home, models):
+    from models.engine import LoadSettings
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+    from models.server.engine_pool import EnginePool
+
+    pool = EnginePool(settings_for=lambda path: LoadSettings(threads=TEST_THREADS, batch_threads=TEST_THREADS,
+                                                            context_length=256), parallel=2)
+    controller = ServerController(ServerConfig(port=0, ollama_port=0), engines=pool,
+                                  library=library_of(server_home, *models))
+    controller.start()
+    yield controller
+    controller.stop()
+    pool.close()
+
+
+def test_the_same_image_in_every_dialect_gives_the_same_greedy_reply(server):
+    import anthropic
+    import ollama
+    import openai
+
+    oa = openai.OpenAI(base_url=f"{server.address}/v1", api_key="none", max_retries=0, timeout=600)
+    chat = oa.chat.completions.create(model="gemma3", temperature=0, max_tokens=8, messages=[
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": DATA_URI}},
+                                     {"type": "text", "text": QUESTION}]}])
+    responses = oa.responses.create(model="gemma3", temperature=0, max_output_tokens=8, input=[
+        {"role": "user", "content": [{"type": "input_image", "image_url": DATA_URI},
+                                     {"type": "input_text", "text": QUESTION}]}])
+    an = anthropic.Anthropic(base_url=server.address, api_key="none", max_retries=0, timeout=600)
+    message = an.messages.create(model="gemma3", max_tokens=8, extra_body={"temperature": 0}, messages=[
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                   "data": B64}},
+                                     {"type": "text", "text": QUESTION}]}])
+    ol = ollama.Client(host=f"http://127.0.0.1:{server.ollama_port}", timeout=600)
+    reply = ol.chat(model="gemma3", options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0},
+                    messages=[{"role": "user", "content": QUESTION, "images": [PICTURE]}])
+    texts = [chat.choices[0].message.content, responses.output_text, message.content[0].text,
+             reply.message.content]
+    assert texts[0] and texts == [texts[0]] * 4
+
+
+def test_models_list_their_input_modalities(server):
+    listed = httpx.get(f"{server.address}/v1/models", timeout=60).json()["data"]
+    assert {m["id"]: m["input_modalities"] for m in listed} == {"gemma3": ["text", "image"],
+                                                               "gemma3-text": ["text"]}
+    show = httpx.post(f"http://127.0.0.1:{server.ollama_port}/api/show", json={"model": "gemma3"},
+                      timeout=60).json()
+    assert "vision" in show["capabilities"]
+
+
+def test_an_image_to_a_model_without_vision_is_a_400_that_says_so(server):
+    import openai
+
+    oa = openai.OpenAI(base_url=f"{server.address}/v1", api_key="none", max_retries=0, timeout=600)
+    with pytest.raises(openai.BadRequestError) as caught:
+        oa.chat.completions.create(model="gemma3-text", max_tokens=4, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": DATA_URI}},
+                                         {"type": "text", "text": QUESTION}]}])
+    assert "cannot read images" in caught.value.message
+
+
+@pytest.mark.parametrize("url, words, field", [
+    ("data:image/png;base64," + base64.b64encode(PICTURE[:20]).decode(), "truncated", True),
+    ("data:image/png;base64,%%%", "base64", True),
+    ("https://example.com/cat.png", "does not download", True),
+    ("data:image/webp;base64," + base64.b64encode(b"RIFF\x10\x00\x00\x00WEBPVP8 " + bytes(32)).decode(), "WebP",
+     True),
+    # The header is whole, the picture is not: only decoding finds out (in the engine).
+    ("data:image/png;base64," + base64.b64encode(PICTURE[:60]).decode(), "damaged or truncated", False),
+])
+def test_bad_images_are_400s_with_a_sentence(server, url, words, field):
+    response = httpx.post(f"{server.address}/v1/chat/completions", timeout=60, json={
+        "model": "gemma3", "max_tokens": 4, "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert words in error["message"]
+    assert not field or error["param"].startswith("messages[0].content[0]")

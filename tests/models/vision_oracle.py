@@ -1,0 +1,100 @@
+"""transformers as the oracle of a reply about an image (tiny Gemma 3 checkpoints, CPU).
+
+The prompt is laid out as llama-server lays it out: the rendered text with the image's
+marker replaced by ``<start_of_image>``, one image token per image embedding and
+``<end_of_image>``, nothing added between (transformers' own processor adds blank lines).
+Pixels are preprocessed in numpy exactly as the model card says: scaled to 0..1, then
+normalized by the preprocessor's mean and std, channels first. The variants a broken
+preprocessing would produce (:data:`WRONG_PREPROCESSING`) give the tests their contrast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+#: Preprocessing mistakes a vision pipeline can make: each must change the reply's numbers.
+WRONG_PREPROCESSING: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
+    "BGR": lambda x, pre: _normalize(x[..., ::-1], pre),
+    "flipped": lambda x, pre: _normalize(x[:, ::-1], pre),
+    "transposed": lambda x, pre: _normalize(x.transpose(1, 0, 2), pre),
+    "mean/std 0.5": lambda x, pre: _normalize(x, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3}),
+    "pixels 0..255": lambda x, pre: _normalize(x * 255.0, pre),
+}
+
+
+def _normalize(x: np.ndarray, pre: dict) -> np.ndarray:
+    mean = np.asarray(pre["image_mean"], np.float32)
+    std = np.asarray(pre["image_std"], np.float32)
+    return np.ascontiguousarray(((x - mean) / std).transpose(2, 0, 1), dtype=np.float32)
+
+
+def pixel_values(picture: np.ndarray, model_dir: Path, mistake: str | None = None) -> np.ndarray:
+    """The model's input for an RGB ``picture`` already at the encoder's size."""
+    pre = json.loads((Path(model_dir) / "preprocessor_config.json").read_text())
+    x = picture.astype(np.float32) / 255.0
+    return (WRONG_PREPROCESSING[mistake](x, pre) if mistake else _normalize(x, pre))[None]
+
+
+class Gemma3Oracle:
+    """A tiny Gemma 3 image-text checkpoint in transformers, float32, eager attention."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        import transformers
+
+        self.torch = torch
+        self.dir = Path(model_dir)
+        self.config = json.loads((self.dir / "config.json").read_text())
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.dir)
+        self.model = transformers.Gemma3ForConditionalGeneration.from_pretrained(
+            self.dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+    def prompt_ids(self, segments: list, image_tokens: int) -> list[int]:
+        """Token ids of text segments and images (``None`` for each image), in order."""
+        ids: list[int] = []
+        for segment in segments:
+            if segment is None:
+                ids += [self.config["boi_token_index"]] + [self.config["image_token_index"]] * image_tokens \
+                    + [self.config["eoi_token_index"]]
+            elif segment:
+                ids += self.tokenizer(segment, add_special_tokens=False).input_ids
+        return ids
+
+    def logprobs(self, ids: list[int], pixels: list[np.ndarray], reply: list[int]) -> list[float]:
+        """The log-probability of each ``reply`` token after ``ids`` and the reply so far."""
+        torch = self.torch
+        sequence = torch.tensor([ids + reply])
+        image = self.config["image_token_index"]
+        with torch.no_grad():
+            logits = self.model(input_ids=sequence, pixel_values=torch.from_numpy(np.concatenate(pixels)),
+                                token_type_ids=(sequence == image).long()).logits[0].double()
+        rows = torch.log_softmax(logits[len(ids) - 1: len(ids) - 1 + len(reply)], dim=-1)
+        return [float(rows[i, t]) for i, t in enumerate(reply)]
+
+    def greedy(self, ids: list[int], pixels: list[np.ndarray], count: int) -> tuple[list[int], list[float]]:
+        """``count`` greedy tokens after ``ids`` and their log-probabilities."""
+        torch = self.torch
+        image = self.config["image_token_index"]
+        tokens: list[int] = []
+        values: list[float] = []
+        for _ in range(count):
+            sequence = torch.tensor([ids + tokens])
+            with torch.no_grad():
+                logits = self.model(input_ids=sequence, pixel_values=torch.from_numpy(np.concatenate(pixels)),
+                                    token_type_ids=(sequence == image).long()).logits[0, -1].double()
+            row = torch.log_softmax(logits, dim=-1)
+            best = int(row.argmax())
+            tokens.append(best)
+            values.append(float(row[best]))
+        return tokens, values
+
+    def token_bytes(self, token: int) -> list[int]:
+        """A token's bytes as llama.cpp reports them (byte pieces ``<0xNN>`` as that byte)."""
+        piece = self.tokenizer.convert_ids_to_tokens([token])[0]
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return [int(piece[3:5], 16)]
+        return list(piece.replace("\u2581", " ").encode("utf-8"))
