@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -149,13 +150,21 @@ def make_prefix(prefix: Path, cache: Path | None = None, user: str | None = None
     env = environment(prefix, user)
     system32 = prefix / "drive_c" / "windows" / "system32"
     if not (system32 / "kernel32.dll").exists():
-        subprocess.run(["wineboot", "--init"], env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        # Qt 6 and Python 3.13 want Windows 10; a new prefix says Windows 7.
-        subprocess.run(["wine", "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d",
-                        "win10", "/f"], env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        subprocess.run(["wineserver", "--wait"], env=env, check=True)
+        prefix.parent.mkdir(parents=True, exist_ok=True)  # Wine makes the prefix, not its parent
+        for command in (["wineboot", "--init"],
+                        # Qt 6 and Python 3.13 want Windows 10; a new prefix says Windows 7.
+                        ["wine", "reg", "add", r"HKCU\Software\Wine", "/v", "Version", "/d",
+                         "win10", "/f"],
+                        ["wineserver", "--wait"]):
+            # Output to a file, not a pipe: wineserver lives on and would hold a pipe open.
+            with tempfile.TemporaryFile() as output:
+                done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                      stderr=subprocess.STDOUT)
+                output.seek(0)
+                lines = output.read().decode("utf-8", "replace").strip().splitlines()
+            if done.returncode != 0:
+                raise WineSetupError(f"Wine could not set up the prefix {prefix} "
+                                     f"({' '.join(command[:2])}: {(lines or ['no output'])[-1]}).")
     cache = cache or prefix_path("standins")
     for name in standin_names():
         if wine_counterpart(name):
