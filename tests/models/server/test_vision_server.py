@@ -69,9 +69,11 @@ def test_the_same_image_in_every_dialect_gives_the_same_greedy_reply(server):
     ol = ollama.Client(host=f"http://127.0.0.1:{server.ollama_port}", timeout=600)
     reply = ol.chat(model="gemma3", options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0},
                     messages=[{"role": "user", "content": QUESTION, "images": [PICTURE]}])
+    generated = ol.generate(model="gemma3", prompt=QUESTION, images=[B64],
+                            options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0})
     texts = [chat.choices[0].message.content, responses.output_text, message.content[0].text,
-             reply.message.content]
-    assert texts[0] and texts == [texts[0]] * 4
+             reply.message.content, generated.response]
+    assert texts[0] and texts == [texts[0]] * 5
 
 
 def test_models_list_their_input_modalities(server):
