@@ -2,7 +2,8 @@
 
 Image-text models ship their vision encoder as a separate GGUF, ``mmproj-*.gguf``,
 published beside the quantized text models (several precisions in one repository). A
-model's mmproj is the one in its own folder that makes embeddings of the model's width,
+model's mmproj is the one in its own folder (else the folder above) that makes
+embeddings of the model's width,
 preferring F16 (llama.cpp's converter's default and the precision its authors test), then
 the precisions closest to it. The file's own header (``clip.has_vision_encoder``) says
 whether it reads images, not its name.
@@ -32,11 +33,16 @@ def _rank(path: Path) -> tuple[int, str]:
 
 
 def projector_candidates(model_path: Path | str) -> list[Path]:
-    """The ``*mmproj*.gguf`` files beside ``model_path``, best first."""
+    """The ``*mmproj*.gguf`` files beside ``model_path``, best first, then those in the
+    folder above it (a repository that keeps each quantization in a folder of its own
+    keeps the vision encoder at its top, and a download keeps the repository's layout)."""
     model_path = Path(model_path)
-    found = [p for p in model_path.parent.glob("*.gguf")
-             if "mmproj" in p.name.lower() and p != model_path and p.is_file()]
-    return sorted(found, key=_rank)
+    out: list[Path] = []
+    for folder in (model_path.parent, model_path.parent.parent):
+        found = [p for p in folder.glob("*.gguf")
+                 if "mmproj" in p.name.lower() and p != model_path and p.is_file()]
+        out += sorted(found, key=_rank)
+    return out
 
 
 def find_projector(model_path: Path | str) -> Optional[Path]:

@@ -62,16 +62,30 @@ def run(args: argparse.Namespace) -> int:
         preload.append(model)
     engines = None
     remote = remote_settings_from_args(args)
-    if remote["remote_devices"]:
+    projectors = {}
+    if args.mmproj is not None:
+        if len(preload) != 1:
+            raise QuantDeskError("--mmproj names the vision encoder of one model, but "
+                                 f"{len(preload)} models were given.",
+                                 "Give exactly one MODEL with --mmproj (the others find theirs beside them).")
+        if not args.mmproj.is_file():
+            raise QuantDeskError(f"The vision encoder {args.mmproj} does not exist.",
+                                 "Give the path of the model's mmproj GGUF file.")
+        projectors[preload[0].path] = str(args.mmproj.expanduser().resolve())
+    if remote["remote_devices"] or projectors:
         from dataclasses import replace
 
         from app.core.model_settings import load_settings_for
         from models.server.engine_pool import EnginePool
 
+        def settings_for(path):
+            settings = replace(load_settings_for(path), **remote) if remote["remote_devices"] else \
+                load_settings_for(path)
+            return replace(settings, mmproj=projectors[path]) if path in projectors else settings
+
         cache = args.prompt_cache_mb
         engines = EnginePool(
-            settings_for=lambda path: replace(load_settings_for(path), **remote),
-            parallel=args.parallel, idle_unload_seconds=args.idle_unload,
+            settings_for=settings_for, parallel=args.parallel, idle_unload_seconds=args.idle_unload,
             prompt_cache_bytes=None if cache is None else cache << 20)
     controller = ServerController(config, engines=engines, library=library)
     controller.add_listener(_print_entry)
@@ -137,6 +151,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-host", action="append", metavar="NAME",
                         help="a host name the server answers to besides localhost and its "
                              "address (repeatable)")
+    parser.add_argument("--mmproj", type=Path, default=None, metavar="FILE",
+                        help="the vision encoder (mmproj GGUF) of the one MODEL given; by default "
+                             "each model loads the mmproj-*.gguf beside it, if any")
     add_remote_arguments(parser.add_argument_group(
         "remote devices", "other computers' devices for every model this server loads"))
     parser.set_defaults(func=run)

@@ -66,6 +66,7 @@ from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
+from models.engine.vision import position_after
 from models.images import has_images
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,14 @@ class BatchScheduler:
         self.n_vocab = model.llm.n_vocab()
         self.after_reply: list[Callable[[], None]] = []
         self.last_flush = 0.0  # when the replies' text last went out on the timer
+        # Images whose positions differ from their tokens (M-RoPE), by placeholder id.
+        self.image_positions: dict[int, tuple[int, int]] = {}
+
+    def _position(self, slot: Slot, count: Optional[int] = None) -> int:
+        """The KV position after the first ``count`` of ``slot``'s tokens (all of them by
+        default): llama.cpp addresses a sequence's cells by position."""
+        return position_after(slot.tokens, len(slot.tokens) if count is None else count,
+                              self.image_positions)
 
     def close(self) -> None:
         """Free the batch and the samplers; requests still here get an error."""
@@ -362,13 +371,15 @@ class BatchScheduler:
             if images is not None:
                 images.close()
             raise
+        if images is not None:
+            self.image_positions.update(images.position_counts())
         reused = min(common_prefix(slot.tokens, tokens), len(tokens) - 1)
         if images is not None:  # never keep half an image
             reused = images.whole_prefix(reused)
             stats.images = images.image_count
             stats.image_tokens = len(tokens) - _text_tokens(tokens)
         if reused < len(slot.tokens):
-            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, reused, -1)
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, self._position(slot, reused), -1)
             del slot.tokens[reused:]
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
@@ -489,7 +500,7 @@ class BatchScheduler:
         for reply in active:  # generating replies first: their chosen tokens
             if not reply.reading_prompt and n < self.capacity:
                 count = min(len(reply.pending), self.capacity - n)
-                start, seq = len(reply.slot.tokens), reply.slot.seq_id
+                start, seq = self._position(reply.slot), reply.slot.seq_id
                 for i in range(count):
                     self._put(n + i, reply.pending[i], start + i, seq, i == len(reply.pending) - 1)
                 rows.append((reply, n + count - 1, count))
@@ -502,7 +513,7 @@ class BatchScheduler:
                 if end == reply.next_prompt:
                     continue  # an image that failed or was cancelled this step
                 count = min(end - reply.next_prompt, self.capacity - n)
-                start = len(reply.slot.tokens)
+                start = self._position(reply.slot)
                 for i in range(count):
                     last = reply.next_prompt + i == len(reply.prompt) - 1
                     self._put(n + i, reply.prompt[reply.next_prompt + i], start + i,
@@ -548,9 +559,10 @@ class BatchScheduler:
                 return
             span = reply.images.spans[reply.next_prompt]
             try:
-                encode, decode = vision.evaluate(span, self.ctx, len(slot.tokens), slot.seq_id, self.capacity)
+                encode, decode = vision.evaluate(span, self.ctx, self._position(slot), slot.seq_id,
+                                                 self.capacity)
             except QuantDeskError as exc:
-                llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, len(slot.tokens), -1)
+                llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, self._position(slot), -1)
                 if getattr(exc, "code", None) == 2:
                     return  # aborted by a cancel: the reply ends at the next step
                 slot.reply = None
@@ -576,7 +588,7 @@ class BatchScheduler:
         """llama_decode did not finish: cancelled (2), or a real failure."""
         for reply, _, _ in rows:  # whatever of this batch reached the cache goes again
             slot = reply.slot
-            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, len(slot.tokens), -1)
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, self._position(slot), -1)
         if code == 2:  # aborted: the cancelled replies end at the next step, others retry
             return
         for reply, _, _ in rows:

@@ -18,8 +18,11 @@ batches large enough (``settings``, from the mmproj's header).
 Why not llama-cpp-python's multimodal chat handlers: they clear the cache and encode every
 image again on every call, take images only from user messages, and fetch URLs.
 
-Models whose image positions are not one per token (M-RoPE: Qwen2-VL and later) are
-refused with a sentence for now: their positions need counting apart from tokens.
+Positions are counted apart from tokens: an image of M-RoPE models (Qwen2-VL and later)
+takes fewer positions than tokens (its tokens sit on a grid of rows and columns, the
+text after it continues from its largest side), so an :class:`ImageSpan` carries both
+counts and :func:`position_after` turns a token count into the position llama.cpp
+expects (the KV cells of a sequence are addressed by position).
 """
 
 from __future__ import annotations
@@ -45,11 +48,36 @@ def placeholder_id(digest: bytes) -> int:
 
 @dataclass
 class ImageSpan:
-    """One image chunk of a prompt: where it starts in the token list and its size."""
+    """One image chunk of a prompt: where it starts in the token list, its tokens, and the
+    positions it takes (fewer than its tokens with M-RoPE)."""
 
     start: int
     n_tokens: int
     chunk: object  # mtmd_input_chunk_p, owned by the prompt's chunk list
+    n_pos: int = 0
+
+
+def position_after(tokens: list[int], count: int, image_positions: dict[int, tuple[int, int]]) -> int:
+    """The position that follows ``tokens[:count]``: one per text token, and for each whole
+    image its positions (``image_positions``: placeholder id → (tokens, positions), for the
+    images whose two counts differ; others count one position per token)."""
+    if not image_positions or count == 0 or min(tokens[:count]) >= 0:
+        return count
+    position, i = 0, 0
+    while i < count:
+        token = tokens[i]
+        sizes = image_positions.get(token) if token < 0 else None
+        if sizes is None:
+            position, i = position + 1, i + 1
+            continue
+        n_tokens, n_pos = sizes
+        run = i
+        while run < count and tokens[run] == token:
+            run += 1
+        whole, rest = divmod(run - i, n_tokens)
+        position += whole * n_pos + rest
+        i = run
+    return position
 
 
 @dataclass
@@ -78,6 +106,11 @@ class ImagePrompt:
     @property
     def image_count(self) -> int:
         return len(self.spans)
+
+    def position_counts(self) -> dict[int, tuple[int, int]]:
+        """Placeholder id → (tokens, positions) of the images whose counts differ."""
+        return {self.tokens[s.start]: (s.n_tokens, s.n_pos) for s in self.spans.values()
+                if s.n_pos != s.n_tokens}
 
     def close(self) -> None:
         if self.chunks is not None:
@@ -121,10 +154,6 @@ class VisionEncoder:
         if not self.vision:
             raise QuantDeskError("This model's mmproj file has no vision encoder (it reads audio only).",
                                  "Send text, or load the model with a vision mmproj.")
-        if self.mrope:
-            raise QuantDeskError(
-                "QuantDesk cannot yet place images for this model (its image positions are "
-                "M-RoPE, as in Qwen2-VL).", "Use a Gemma 3 or SmolVLM model for images for now.")
         bitmaps = []
         try:
             for data in images:
@@ -168,7 +197,8 @@ class VisionEncoder:
             chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
             seen[chunk_id] = seen.get(chunk_id, -1) + 1
             digest = hashlib.sha256(chunk_id + b"/%d/%d" % (seen[chunk_id], n_tokens)).digest()
-            prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk)
+            prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk,
+                                                         mtmd.mtmd_input_chunk_get_n_pos(chunk))
             prompt.tokens.extend([placeholder_id(digest)] * n_tokens)
         return prompt
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -116,6 +117,30 @@ class ModelDetails:
                 if v.quant.upper() == name:
                     return v
         return complete[0] if complete else None
+
+
+def quant_bits(path: str) -> int:
+    """The bits of a file's precision as its name says (Q4_K_M → 4, F16 → 16; 0 if none)."""
+    match = re.search(r"(?<![A-Za-z0-9])(?:IQ|Q|BF|F)(\d+)", Path(path).name, re.IGNORECASE)
+    return int(match[1]) if match else 0
+
+
+def projector_for(details: "ModelDetails", variant: "QuantVariant") -> Optional[HubFileInfo]:
+    """The vision encoder (``*mmproj*.gguf``) to download with ``variant``, by llama.cpp's
+    rule (``common/download.cpp``): one in the variant's folder or a folder above it, the
+    nearest first, then the precision closest to the variant's; ``None`` without one."""
+    model_dir = variant.files[0].path.split("/")[:-1]
+    best, best_key = None, None
+    for f in details.extra_gguf:
+        if "mmproj" not in f.path.split("/")[-1].lower():
+            continue
+        folder = f.path.split("/")[:-1]
+        if folder != model_dir[:len(folder)]:
+            continue  # not the variant's folder nor one above it
+        key = (-len(folder), abs(quant_bits(f.path) - quant_bits(variant.files[0].path)))
+        if best_key is None or key < best_key:
+            best, best_key = f, key
+    return best
 
 
 def quant_of(path: str) -> Optional[str]:

@@ -24,7 +24,7 @@ from app.core.jobs import CancelToken, Progress, ProgressCallback, check
 from app.core.paths import app_paths
 from models.hardware import free_disk_bytes
 from models.hub.auth import resolve_token
-from models.hub.details import HubFileInfo, ModelDetails, model_details
+from models.hub.details import HubFileInfo, ModelDetails, model_details, projector_for
 from models.hub.transfer import (
     RemoteFile, RetryPolicy, discard_partial, fetch_file, local_target, part_path, read_sidecar,
 )
@@ -79,7 +79,8 @@ def plan_pull(spec: str, revision: Optional[str] = None) -> DownloadPlan:
 
 
 def plan_details(details: ModelDetails, quant: Optional[str]) -> DownloadPlan:
-    """The download of one variant of ``details`` (all shards), or of its checkpoint when
+    """The download of one variant of ``details`` (all shards, and the vision encoder that
+    goes with it, :func:`~models.hub.details.projector_for`), or of its checkpoint when
     ``quant`` is ``None`` or ``"safetensors"``; the Models page calls this with what it shows."""
     repo_id = details.repo_id
     variant = details.variant(quant) if quant and quant != "safetensors" else None
@@ -88,7 +89,10 @@ def plan_details(details: ModelDetails, quant: Optional[str]) -> DownloadPlan:
             raise QuantDeskError(
                 f"{repo_id} lists {len(variant.files)} of the {variant.expected_shards} parts of {variant.quant}.",
                 "Pick another quantization; this one cannot be loaded incomplete.")
-        files, label = variant.files, variant.quant
+        files, label = list(variant.files), variant.quant
+        projector = projector_for(details, variant)  # an image-text model reads images with it
+        if projector is not None:
+            files.append(projector)
     elif details.checkpoint is not None:
         files, label = details.checkpoint.files, "safetensors"
     else:

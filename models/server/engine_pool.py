@@ -116,7 +116,8 @@ def _fit(path: Path, settings: Any, slots: int):
         n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,
         n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention,
         cpu_moe_layers=settings.cpu_moe_layers, use_mmap=settings.use_mmap,
-        use_extra_bufts=extra_bufts_for(settings.use_extra_bufts)))
+        use_extra_bufts=extra_bufts_for(settings.use_extra_bufts),
+        projector_bytes=Path(settings.mmproj).stat().st_size if getattr(settings, "mmproj", None) else 0))
 
 
 def _is_embedding_model(path: Path) -> bool:

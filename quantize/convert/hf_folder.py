@@ -22,11 +22,11 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 INDEX_FILE = "model.safetensors.index.json"
 
 #: Tensors of the vision half of image-text checkpoints (Gemma3ForConditionalGeneration,
-#: SmolVLM's connector): the text model leaves them out, as llama.cpp reads them from a
+#: SmolVLM's connector, Qwen2-VL's ``visual``): the text model leaves them out, as llama.cpp reads them from a
 #: separate mmproj (:mod:`quantize.convert.mmproj`).
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                    "model.multi_modal_projector.", "vision_model.", "model.vision_model.",
-                   "model.connector.")
+                   "model.connector.", "visual.", "model.visual.")
 
 
 def text_tensor_name(name: str) -> Optional[str]:

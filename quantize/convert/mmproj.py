@@ -21,7 +21,7 @@ from quantize.convert.general_info import general_entries
 from quantize.convert.hf_folder import read_json
 from quantize.convert.hf_source import STORED_TYPES, HFSource
 from quantize.convert.safetensors_reader import TensorRecord
-from quantize.convert.vision import VisionFamily, find_vision_family
+from quantize.convert.vision import Piece, VisionFamily, find_vision_family
 from quantize.ggml_types import GGMLQuantizationType as T
 from quantize.ggml_types import GGUFValueType
 from quantize.source import MetadataEntry, SourceTensor
@@ -105,7 +105,9 @@ class MmprojSource:
                                      "Download preprocessor_config.json from the model's page too.")
             out.append(MetadataEntry(f"clip.vision.{key}", [float(v) for v in values],
                                      GGUFValueType.ARRAY, GGUFValueType.FLOAT32))
-        out.append(MetadataEntry("clip.projector_type", self.family.projector_type, GGUFValueType.STRING))
+        projector = self.family.projector_type
+        projector = projector(folder.raw_config) if callable(projector) else projector
+        out.append(MetadataEntry("clip.projector_type", projector, GGUFValueType.STRING))
         if self.family.metadata is not None:
             out += self.family.metadata(self.vision, folder.raw_config, self.preprocessor,
                                         int(self.source.config["hidden_size"]))
@@ -136,32 +138,36 @@ class MmprojSource:
             name = family.canonical(stored_name)
             if name is None or family.skipped(name):
                 continue
-            gguf_name = family.gguf_name(name)
-            if gguf_name is None:
-                raise QuantDeskError(
-                    f"{record.file.path.name} holds tensor {stored_name}, which QuantDesk does not "
-                    f"know how to place in the vision encoder of a {self.source.hf_class} model.",
-                    "The checkpoint may be a variant QuantDesk does not support yet.")
-            if gguf_name in self._hf_names:
-                raise QuantDeskError(f"{folder.path.name} holds the vision tensor {name} twice "
-                                     "(in both on-disk layouts).", "Download the model again.")
-            self._hf_names[gguf_name] = name
-            out.append(SourceTensor(gguf_name, tuple(record.shape),
-                                    STORED_TYPES.get(record.dtype, T.F32), *self._loaders(name, record)))
+            shape = tuple(record.shape)
+            pieces = family.pieces(name, shape) if family.pieces is not None else None
+            for piece in pieces or [Piece(name, shape, lambda values: values)]:
+                gguf_name = piece.name if piece.gguf else family.gguf_name(piece.name)
+                if gguf_name is None:
+                    raise QuantDeskError(
+                        f"{record.file.path.name} holds tensor {stored_name}, which QuantDesk does not "
+                        f"know how to place in the vision encoder of a {self.source.hf_class} model.",
+                        "The checkpoint may be a variant QuantDesk does not support yet.")
+                if gguf_name in self._hf_names:
+                    raise QuantDeskError(f"{folder.path.name} holds the vision tensor {name} twice "
+                                         "(in both on-disk layouts).", "Download the model again.")
+                self._hf_names[gguf_name] = name
+                out.append(SourceTensor(gguf_name, piece.shape, STORED_TYPES.get(record.dtype, T.F32),
+                                        *self._loaders(name, record, piece.take)))
         if not out:
             raise QuantDeskError(f"{folder.path.name} has no vision encoder weights.",
                                  "Download all of the model's *.safetensors files.")
         return out
 
-    def _loaders(self, name: str, record: TensorRecord):
-        """``load`` (float32) and ``load_stored`` (None for a rewritten tensor)."""
+    def _loaders(self, name: str, record: TensorRecord, take=lambda values: values):
+        """``load`` (float32) and ``load_stored`` (None for a rewritten tensor) of the part
+        ``take`` cuts from the checkpoint tensor."""
         rewrite = self.family.rewrite if self.family.rewritten(name) else None
         if rewrite is None:
-            return (lambda: np.ascontiguousarray(record.load_f32(), dtype=np.float32),
-                    lambda: np.ascontiguousarray(record.load_stored()))
+            return (lambda: np.ascontiguousarray(take(record.load_f32()), dtype=np.float32),
+                    lambda: np.ascontiguousarray(take(record.load_stored())))
 
         def load() -> np.ndarray:
-            values = rewrite(name, record.load_f32().astype(np.float32))
+            values = rewrite(name, take(record.load_f32()).astype(np.float32))
             if record.dtype == "F16":  # torch computes on a float16 tensor in float16
                 values = values.astype(np.float16).astype(np.float32)
             return np.ascontiguousarray(values, dtype=np.float32)

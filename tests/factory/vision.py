@@ -41,6 +41,8 @@ class VisionSpec:
         rename: HF name in the hub layout → the name in the given layout.
         preprocessor: ``preprocessor_config.json``.
         text_extra: Keys added to ``text_config``.
+        flat_hub_config: The original checkpoints' config.json has the text model's keys
+            at the top level (Qwen2-VL) rather than in ``text_config``.
     """
 
     text_arch: str
@@ -52,6 +54,7 @@ class VisionSpec:
     rename: Callable[[str, str], str]
     preprocessor: dict
     text_extra: dict = None  # type: ignore[assignment]
+    flat_hub_config: bool = False
 
 
 def siglip_tensors(prefix: str, vision: dict) -> dict[str, tuple[int, ...]]:
@@ -96,6 +99,55 @@ def _gemma3_rename(name: str, layout: str) -> str:
     if name.startswith("language_model.lm_head."):
         return name[len("language_model."):]
     return "model." + name
+
+
+def _qwen_vision_tensors(config: dict) -> dict[str, tuple[int, ...]]:
+    """Qwen2-VL's ViT (LayerNorms, GELU MLP) or Qwen2.5-VL's (RMS norms, gated MLP)."""
+    vision = config["vision_config"]
+    qwen25 = config["model_type"] == "qwen2_5_vl"
+    width = vision["hidden_size"] if qwen25 else vision["embed_dim"]
+    ff = vision["intermediate_size"] if qwen25 else width * vision["mlp_ratio"]
+    p, merged = vision["patch_size"], width * vision["spatial_merge_size"] ** 2
+    text_width = vision["out_hidden_size"] if qwen25 else vision["hidden_size"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "visual.patch_embed.proj.weight": (width, vision["in_chans"], vision["temporal_patch_size"], p, p)}
+    for i in range(vision["depth"]):
+        q = f"visual.blocks.{i}."
+        for norm in ("norm1", "norm2"):
+            shapes[q + f"{norm}.weight"] = (width,)
+            if not qwen25:
+                shapes[q + f"{norm}.bias"] = (width,)
+        shapes.update({q + "attn.qkv.weight": (3 * width, width), q + "attn.qkv.bias": (3 * width,),
+                       q + "attn.proj.weight": (width, width), q + "attn.proj.bias": (width,)})
+        mlp = [("gate_proj", ff, width), ("up_proj", ff, width), ("down_proj", width, ff)] if qwen25 else \
+            [("fc1", ff, width), ("fc2", width, ff)]
+        for leaf, rows, cols in mlp:
+            shapes[q + f"mlp.{leaf}.weight"] = (rows, cols)
+            shapes[q + f"mlp.{leaf}.bias"] = (rows,)
+    shapes["visual.merger.ln_q.weight"] = (width,)
+    if not qwen25:
+        shapes["visual.merger.ln_q.bias"] = (width,)
+    shapes.update({"visual.merger.mlp.0.weight": (merged, merged), "visual.merger.mlp.0.bias": (merged,),
+                   "visual.merger.mlp.2.weight": (text_width, merged), "visual.merger.mlp.2.bias": (text_width,)})
+    return shapes
+
+
+def _qwen_rename(name: str, layout: str) -> str:
+    """Qwen-VL's hub names are the causal LM's (``model.layers...``) and ``visual.``."""
+    if name.startswith("language_model."):
+        name = name[len("language_model."):]
+        if layout == "transformers" and name.startswith("model."):
+            return "model.language_model." + name[len("model."):]
+        return name
+    return "model." + name if layout == "transformers" else name
+
+
+_QWEN_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor", "do_convert_rgb": True, "do_normalize": True,
+    "do_rescale": True, "do_resize": True, "image_mean": [0.48, 0.46, 0.41],
+    "image_std": [0.27, 0.26, 0.28], "min_pixels": 1024, "max_pixels": 16384, "merge_size": 2,
+    "patch_size": 8, "temporal_patch_size": 2, "resample": 3, "rescale_factor": 0.00392156862745098}
+_QWEN_TEXT = {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
 
 
 def _smolvlm_vision_tensors(config: dict) -> dict[str, tuple[int, ...]]:
@@ -161,6 +213,26 @@ VISION_ARCHITECTURES: dict[str, VisionSpec] = {
             "resample": 1, "rescale_factor": 0.00392156862745098, "size": {"longest_edge": 128},
         },
     ),
+    # 8-pixel patches of two frames, merged 2×2 into the text model's 64 values. Three
+    # blocks at least: llama.cpp's converter names the merger's mlp.2 by a block number.
+    "qwen2vl": VisionSpec(
+        text_arch="qwen2", hf_class="Qwen2VLForConditionalGeneration", model_type="qwen2_vl",
+        vision_config={"depth": 3, "embed_dim": 32, "mlp_ratio": 2, "num_heads": 2, "in_chans": 3,
+                       "hidden_size": 64, "patch_size": 8, "spatial_merge_size": 2,
+                       "spatial_patch_size": 8, "temporal_patch_size": 2},
+        extra_config={"vision_start_token_id": 3, "vision_end_token_id": 4, "image_token_id": 5},
+        vision_tensors=_qwen_vision_tensors, rename=_qwen_rename, preprocessor=_QWEN_PREPROCESSOR,
+        text_extra=_QWEN_TEXT, flat_hub_config=True),
+    # Window attention in blocks 0 and 2, full attention in 1 and 3 (n_wa_pattern 2).
+    "qwen2_5_vl": VisionSpec(
+        text_arch="qwen2", hf_class="Qwen2_5_VLForConditionalGeneration", model_type="qwen2_5_vl",
+        vision_config={"depth": 4, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                       "in_chans": 3, "out_hidden_size": 64, "patch_size": 8, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2, "window_size": 32, "fullatt_block_indexes": [1, 3],
+                       "tokens_per_second": 2, "hidden_act": "silu"},
+        extra_config={"vision_start_token_id": 3, "vision_end_token_id": 4, "image_token_id": 5},
+        vision_tensors=_qwen_vision_tensors, rename=_qwen_rename, preprocessor=_QWEN_PREPROCESSOR,
+        text_extra=_QWEN_TEXT, flat_hub_config=True),
 }
 
 
@@ -219,6 +291,9 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
     config = {"architectures": [spec.hf_class], "model_type": spec.model_type,
               "text_config": text_config, "vision_config": dict(spec.vision_config),
               "torch_dtype": dtype, **spec.extra_config}
+    if spec.flat_hub_config and layout == "hub":
+        config = {**{k: v for k, v in text_config.items() if k != "model_type"},
+                  **{k: v for k, v in config.items() if k != "text_config"}}
     if family == "gemma3":
         import sentencepiece
 

@@ -8,6 +8,8 @@ token for token, with log-probabilities close enough that every preprocessing mi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -160,6 +162,8 @@ def test_bad_images_are_sentences_and_the_engine_goes_on(engine):
         with pytest.raises(QuantDeskError) as caught:
             engine.chat([_message("What is", data)], GREEDY).wait()
         assert caught.value.what.endswith("."), name
+    with pytest.raises(QuantDeskError, match=r"its 20 images take 320\), more than the 256-token context"):
+        engine.chat([_message(*([good] * 20), "All of them?")], GREEDY).wait()
     assert engine.chat([_message("What is", good)], GREEDY).wait().stats.images_encoded in (0, 1)
 
 
@@ -257,3 +261,59 @@ def test_q8_0_model_and_encoder_answer_an_image(tmp_path):
         client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
         reply = client.chat([_message("What is", png_bytes(PICTURE), "this?")], GREEDY).wait()
     assert reply.stats.images_encoded == 1 and reply.stats.completion_tokens == GREEDY.max_tokens
+
+
+@pytest.mark.parametrize("family", ["qwen2vl", "qwen2_5_vl"])
+def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
+    """Qwen2-VL's images take fewer positions than tokens: the engine's reply (scheduler,
+    prompt cache, a second turn from the cache) equals libmtmd's own evaluation of the
+    whole prompt, whose positions the helper counts itself."""
+    from models.engine.chat_template import render_chat
+    from tests.models.mtmd_oracle import mtmd_greedy
+
+    ck = write_tiny_vision_checkpoint(tmp_path / family, family)
+    text, projector = convert_with_projector(ck.path, tmp_path / f"{family}.gguf", "f32")
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    first = [_message(png_bytes(PICTURE), "What is this?")]
+    with EngineClient() as client:
+        client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
+        one = client.chat(first, GREEDY).wait()
+        history = first + [{"role": "assistant", "content": one.text}, {"role": "user", "content": "And?"}]
+        two = client.chat(history, GREEDY).wait()
+    assert two.stats.images_encoded == 0 and two.stats.prompt_tokens_reused >= one.stats.prompt_tokens
+    template = json.loads((ck.path / "tokenizer_config.json").read_text())["chat_template"]
+    marker = "<__media__>"
+    for reply, messages in ((one, first), (two, history)):
+        flat = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
+                 marker + "What is this?"} for m in messages]
+        oracle = mtmd_greedy(text, projector, render_chat(template, flat), [picture], GREEDY.max_tokens)
+        assert reply.stats.prompt_tokens == oracle["prompt_tokens"]
+        assert oracle["positions"] < oracle["prompt_tokens"]  # the image took fewer positions
+        pieces, ours = _reply_tokens(reply)
+        assert pieces == oracle["pieces"]
+        assert np.max(np.abs(np.subtract(ours, oracle["logprobs"]))) < 1e-3
+
+
+@pytest.mark.parametrize("outtype, tolerance", [("f32", 1e-3), ("f16", 1e-3), ("q8_0", 1e-2)])
+def test_image_embeddings_equal_transformers(gemma3, oracle, tmp_path, outtype, tolerance):
+    """The vision encoder's output for one picture: libmtmd on our mmproj against
+    transformers' get_image_features, relative to the embeddings' size."""
+    import torch
+
+    from tests.models.mtmd_oracle import mtmd_image_embeddings
+
+    model_dir, text, _ = gemma3
+    _, projector = convert_with_projector(model_dir, tmp_path / f"gemma3-{outtype}.gguf", outtype)
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    ours = mtmd_image_embeddings(text, projector, picture, tmp_path / "embeddings.npy")
+    with torch.no_grad():
+        features = oracle.model.get_image_features(torch.from_numpy(pixel_values(PICTURE, model_dir)))
+    theirs = getattr(features, "pooler_output", features)
+    theirs = (theirs[0] if isinstance(theirs, (tuple, list)) else theirs).reshape(ours.shape).double().numpy()
+    assert np.linalg.norm(ours - theirs) / np.linalg.norm(theirs) < tolerance
+    wrong = oracle.model.get_image_features(torch.from_numpy(pixel_values(PICTURE, model_dir, "BGR")))
+    wrong = getattr(wrong, "pooler_output", wrong)
+    wrong = (wrong[0] if isinstance(wrong, (tuple, list)) else wrong).reshape(ours.shape).detach().double().numpy()
+    assert np.linalg.norm(ours - wrong) / np.linalg.norm(theirs) > 10 * tolerance

@@ -20,6 +20,7 @@ from tests.quantize.reference_converter import gguf_differences, reference_conve
 
 pytest.importorskip("torch")
 
+FAMILIES = ("gemma3", "smolvlm", "qwen2vl", "qwen2_5_vl")
 #: Sampling settings a publisher ships in generation_config.json (Gemma 3's own).
 GENERATION = {"top_k": 64, "top_p": 0.95, "do_sample": True}
 
@@ -31,10 +32,10 @@ def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("vision")
     return {(family, dtype): write_tiny_vision_checkpoint(root / dtype / family, family, dtype=dtype,
                                                           shards=2, generation_config=GENERATION)
-            for family in ("gemma3", "smolvlm") for dtype in ("float32", "float16", "bfloat16")}
+            for family in FAMILIES for dtype in ("float32", "float16", "bfloat16")}
 
 
-@pytest.mark.parametrize("family", ["gemma3", "smolvlm"])
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("outtype", ["f32", "f16", "bf16", "q8_0"])
 def test_mmproj_equals_llama_cpp_converter(checkpoints, tmp_path, family, dtype, outtype):
@@ -45,8 +46,6 @@ def test_mmproj_equals_llama_cpp_converter(checkpoints, tmp_path, family, dtype,
     assert gguf_differences(projector, reference) == []
     fields = {f.name: f.contents() for f in GGUFReader(projector).fields.values()}
     assert fields["general.architecture"] == "clip" and fields["general.type"] == "mmproj"
-    # Gemma 3: 8×8 patches pooled to 4×4; SmolVLM: folded 2×2.
-    assert fields["clip.vision.projector.scale_factor"] == 2
     assert fields["general.sampling.top_k"] == 64
 
 
@@ -59,11 +58,14 @@ def test_text_model_keeps_no_vision_tensor_and_carries_sampling_defaults(checkpo
     assert fields["general.sampling.top_k"] == 64 and abs(fields["general.sampling.top_p"] - 0.95) < 1e-7
 
 
-def test_transformers_layout_gives_the_same_files(tmp_path):
-    """The names current transformers saves (``model.vision_tower...``) convert to the
-    same bytes as the original checkpoints' names (llama.cpp's converter reads only those)."""
-    hub = write_tiny_vision_checkpoint(tmp_path / "hub" / "gemma3", layout="hub", dtype="bfloat16")
-    new = write_tiny_vision_checkpoint(tmp_path / "new" / "gemma3", layout="transformers", dtype="bfloat16")
+@pytest.mark.parametrize("family", ["gemma3", "qwen2_5_vl"])
+def test_transformers_layout_gives_the_same_files(tmp_path, family):
+    """The names current transformers saves (``model.vision_tower...``, ``model.visual...``,
+    a nested text_config) convert to the same bytes as the original checkpoints' names
+    (llama.cpp's converter reads only those)."""
+    hub = write_tiny_vision_checkpoint(tmp_path / "hub" / family, family, layout="hub", dtype="bfloat16")
+    new = write_tiny_vision_checkpoint(tmp_path / "new" / family, family, layout="transformers",
+                                       dtype="bfloat16")
     a_text, a_proj = convert_with_projector(hub.path, tmp_path / "a.gguf", "f16")
     b_text, b_proj = convert_with_projector(new.path, tmp_path / "b.gguf", "f16")
     assert gguf_differences(b_proj, a_proj) == []
@@ -81,6 +83,16 @@ def test_smolvlm_text_model_is_its_llama(checkpoints, tmp_path):
     fields = {f.name: f.contents() for f in GGUFReader(b).fields.values()}
     assert fields["general.architecture"] == "llama"
     assert [d for d in gguf_differences(a, b) if not d.startswith("general.sampling.")] == []
+
+
+def test_qwen_vl_text_model_is_qwen2vl_with_its_rope_sections(checkpoints, tmp_path):
+    text, projector = convert_with_projector(checkpoints["qwen2_5_vl", "bfloat16"].path, tmp_path / "q.gguf", "f16")
+    fields = {f.name: f.contents() for f in GGUFReader(text).fields.values()}
+    assert fields["general.architecture"] == "qwen2vl"
+    assert fields["qwen2vl.rope.dimension_sections"] == [2, 3, 3, 0]
+    names = {t.name for t in GGUFReader(projector).tensors}
+    assert {"v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.0.attn_q.bias", "v.blk.3.ffn_gate.weight",
+            "mm.0.weight", "mm.2.bias"} <= names
 
 
 def test_convert_writes_the_projector_beside_the_default_output(tmp_path):
@@ -128,3 +140,15 @@ def test_cli_prints_both_files(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(ck.path / "gemma3-BF16.gguf"), str(ck.path / "mmproj-gemma3-BF16.gguf")]
     assert "Converting the vision encoder" in done.stderr
+
+
+def test_quantizing_an_image_text_folder_writes_its_encoder_beside(tmp_path):
+    from quantize.ftypes import parse_file_type
+    from quantize.job import QuantizeTarget, quantize_model
+
+    ck = write_tiny_vision_checkpoint(tmp_path / "gemma3", dtype="bfloat16")
+    result = quantize_model(ck.path, [QuantizeTarget(parse_file_type("Q8_0"), tmp_path / "out" / "gemma3-Q8_0.gguf")])
+    text, projector = result.outputs
+    assert projector == tmp_path / "out" / "mmproj-gemma3-F16.gguf"
+    reference = reference_convert(ck.path, tmp_path / "reference.gguf", "f16", mmproj=True)
+    assert gguf_differences(projector, reference) == []

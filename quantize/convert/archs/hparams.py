@@ -104,7 +104,7 @@ def rope_scaling_entries(arch: str, params: dict) -> list[MetadataEntry]:
             value = find(params, names)
             if value is not None:
                 out.append(f32(f"{arch}.rope.scaling.{key}", value))
-    elif rope_type not in ("default", "llama3"):
+    elif rope_type not in ("default", "llama3", "mrope"):  # M-RoPE: sections, no scaling
         raise QuantDeskError(
             f"config.json asks for RoPE scaling \"{rope_type}\", which QuantDesk cannot convert "
             "for this architecture yet.", "Convert a variant of the model without it.")

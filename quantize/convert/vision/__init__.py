@@ -18,12 +18,25 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
 from quantize.ggml_types import GGMLQuantizationType
 from quantize.source import MetadataEntry
+
+@dataclass(frozen=True)
+class Piece:
+    """One tensor made from part of a checkpoint tensor (a fused Q/K/V's Q, one frame of a
+    3-D convolution): its name (canonical HF, or with ``gguf`` the mmproj name itself),
+    its shape, and ``take(values)`` cutting it from the whole (slices only: exact on
+    any storage type)."""
+
+    name: str
+    shape: tuple
+    take: Callable[[np.ndarray], np.ndarray]
+    gguf: bool = False
+
 
 #: ``(hf_name, gguf_name, outtype) -> type or None``: a tensor's fixed output type.
 ForcedType = Callable[[str, str, GGMLQuantizationType], Optional[GGMLQuantizationType]]
@@ -55,7 +68,8 @@ class VisionFamily:
 
     Attributes:
         hf_classes: ``config.json`` ``architectures[0]`` values this family handles.
-        projector_type: ``clip.projector_type`` (llama.cpp's name for the projector).
+        projector_type: ``clip.projector_type`` (llama.cpp's name for the projector), or
+            ``fn(config) -> name`` for families whose variants differ.
         names: HF module name (``{bid}`` for the layer number) → mmproj base name. HF names
             are first put in the family's canonical layout by :attr:`canonical`.
         canonical: The checkpoint's tensor name in the layout :attr:`names` uses, or
@@ -69,10 +83,12 @@ class VisionFamily:
             are always read as float32 and rewritten).
         vision_config: ``vision_config`` with the values transformers assumes when
             config.json leaves them out.
+        pieces: ``(canonical_name, shape) -> [Piece]`` for checkpoint tensors llama.cpp
+            wants as several, else ``None``.
     """
 
     hf_classes: tuple[str, ...]
-    projector_type: str
+    projector_type: Union[str, Callable[[dict], str]]
     names: dict[str, str]
     canonical: Callable[[str], Optional[str]]
     skipped: Callable[[str], bool] = lambda name: False
@@ -81,6 +97,7 @@ class VisionFamily:
     rewrite: Optional[Callable[[str, np.ndarray], np.ndarray]] = None
     rewritten: Callable[[str], bool] = lambda name: False
     vision_config: Callable[[dict], dict] = lambda vision: vision
+    pieces: Optional[Callable[[str, tuple], Optional[list[Piece]]]] = None
 
     def gguf_name(self, canonical_name: str) -> Optional[str]:
         """The mmproj name of a canonical HF tensor name, or ``None`` when not known."""
@@ -97,7 +114,7 @@ class VisionFamily:
 
 
 VISION_FAMILIES: dict[str, VisionFamily] = {}
-_MODULES = ("gemma3", "smolvlm")
+_MODULES = ("gemma3", "smolvlm", "qwenvl")
 
 
 def register(family: VisionFamily) -> VisionFamily:

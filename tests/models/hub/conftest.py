@@ -28,7 +28,9 @@ def make_state() -> HubState:
             "tiny.Q8_0.gguf": HubFile(blob(2, 500_000)),
             "Q6_K/tiny-Q6_K-00001-of-00002.gguf": HubFile(blob(3, 200_000)),
             "Q6_K/tiny-Q6_K-00002-of-00002.gguf": HubFile(blob(4, 150_000)),
-            "mmproj-tiny-F16.gguf": HubFile(blob(5, 50_000)),
+            # In a folder of its own: no variant's folder is in it, so none is paired with
+            # it (llama.cpp's rule), and the variants download alone.
+            "vision/mmproj-tiny-F16.gguf": HubFile(blob(5, 50_000)),
         },
         downloads=500, likes=7, last_modified="2025-03-01T10:00:00.000Z",
         tags=["gguf", "license:apache-2.0", "text-generation"],

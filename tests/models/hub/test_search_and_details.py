@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from app.core.errors import QuantDeskError
-from models.hub.details import model_details, quant_of, shard_of
+from models.hub.details import model_details, projector_for, quant_of, shard_of
 from models.hub.search import search_models
 from tests.models.hub.conftest import GATED_TOKEN
 from tests.models.hub_server import HubFile, HubRepo
@@ -94,7 +94,7 @@ def test_details_list_files_with_lfs_sha256_and_group_variants(hub):
     q6 = variants["Q6_K"]
     assert [f.path for f in q6.files] == ["Q6_K/tiny-Q6_K-00001-of-00002.gguf", "Q6_K/tiny-Q6_K-00002-of-00002.gguf"]
     assert q6.complete and q6.size == 350_000
-    assert [f.path for f in details.extra_gguf] == ["mmproj-tiny-F16.gguf"]
+    assert [f.path for f in details.extra_gguf] == ["vision/mmproj-tiny-F16.gguf"]
     assert details.default_variant().quant == "Q4_K_M"
     assert details.checkpoint is None
     # The file list came from the tree API pinned to the commit model_info reported.
@@ -138,3 +138,29 @@ def test_details_of_a_mixture_of_experts_give_total_and_active_parameters(hub):
     details = model_details("qwen/moe")
     assert parameters_text(details.parameters, details.active_parameters) == "30.5B total, 3.3B active"
     assert model_details("acme/tiny-hf").active_parameters is None  # a dense config: no count of its own
+
+
+def test_a_variant_downloads_with_the_nearest_closest_vision_encoder(hub):
+    """llama.cpp's pairing: an mmproj in the variant's folder or one above it, the nearest
+    folder first, then the precision closest to the variant's."""
+    from models.hub.downloads import plan_details
+    from tests.models.hub.conftest import blob
+    from tests.models.hub_server import HubFile, HubRepo
+
+    hub.state.add_repo(HubRepo("optic/eyes-GGUF", {
+        "eyes-Q4_K_M.gguf": HubFile(blob(11, 30_000)),
+        "eyes-F16.gguf": HubFile(blob(12, 60_000)),
+        "mmproj-eyes-F32.gguf": HubFile(blob(13, 9_000)),
+        "mmproj-eyes-F16.gguf": HubFile(blob(14, 5_000)),
+        "mmproj-eyes-Q8_0.gguf": HubFile(blob(15, 3_000)),
+        "Q6_K/eyes-Q6_K.gguf": HubFile(blob(16, 40_000)),
+        "Q6_K/mmproj-eyes-BF16.gguf": HubFile(blob(17, 5_000)),
+        "other/mmproj-elsewhere-Q4_K_M.gguf": HubFile(blob(18, 2_000)),
+    }, tags=["gguf"]))
+    details = model_details("optic/eyes-GGUF")
+    paired = {v.quant: projector_for(details, v).path for v in details.variants}
+    assert paired == {"Q4_K_M": "mmproj-eyes-Q8_0.gguf", "F16": "mmproj-eyes-F16.gguf",
+                      "Q6_K": "Q6_K/mmproj-eyes-BF16.gguf"}
+    plan = plan_details(details, "Q4_K_M")
+    assert [f.path for f in plan.files] == ["eyes-Q4_K_M.gguf", "mmproj-eyes-Q8_0.gguf"]
+    assert plan.size == 33_000

@@ -69,9 +69,11 @@ def test_the_same_image_in_every_dialect_gives_the_same_greedy_reply(server):
     ol = ollama.Client(host=f"http://127.0.0.1:{server.ollama_port}", timeout=600)
     reply = ol.chat(model="gemma3", options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0},
                     messages=[{"role": "user", "content": QUESTION, "images": [PICTURE]}])
+    generated = ol.generate(model="gemma3", prompt=QUESTION, images=[B64],
+                            options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0})
     texts = [chat.choices[0].message.content, responses.output_text, message.content[0].text,
-             reply.message.content]
-    assert texts[0] and texts == [texts[0]] * 4
+             reply.message.content, generated.response]
+    assert texts[0] and texts == [texts[0]] * 5
 
 
 def test_models_list_their_input_modalities(server):
@@ -111,3 +113,39 @@ def test_bad_images_are_400s_with_a_sentence(server, url, words, field):
     error = response.json()["error"]
     assert words in error["message"]
     assert not field or error["param"].startswith("messages[0].content[0]")
+
+
+def test_serve_model_with_mmproj_reads_images(models):
+    """``quantdesk serve MODEL --mmproj FILE``: a model whose encoder lies elsewhere."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from app.core.preferences import Preferences
+    from tests.conftest import REPO_ROOT
+
+    text, plain = models
+    Preferences().set("default_load_settings", {"threads": TEST_THREADS, "batch_threads": TEST_THREADS,
+                                                "context_length": 256})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", str(plain), "--port", "0",
+                                "--mmproj", str(text.parent / "mmproj-gemma3.gguf")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               cwd=REPO_ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        lines = []
+        while not (lines and "Serving the OpenAI API on" in lines[-1]):
+            line = process.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        address = lines[-1].split(" on ")[1].split("/v1")[0]
+        reply = httpx.post(f"{address}/v1/chat/completions", timeout=300, json={
+            "model": "gemma3-text", "max_tokens": 4, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": DATA_URI}}, {"type": "text", "text": QUESTION}]}]})
+        assert reply.status_code == 200, reply.text
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
