@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from app.core.system_programs import find_program, system_environment
-from models.llama_lib import open_lib
+from models.llama_lib import ggml_api, open_lib
 
 # enum ggml_backend_dev_type in ggml-backend.h, in declaration order.
 _DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}
@@ -153,24 +153,7 @@ def devices() -> list[Device]:
     The CPU is always listed; CUDA, Metal, Vulkan or other GPUs appear only when this
     llama.cpp build includes that backend and the driver finds a device.
     """
-    ggml = open_lib("libggml")
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(ggml, fn).restype = ctypes.c_char_p
-        getattr(ggml, fn).argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_type.restype = ctypes.c_int
-    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_memory.restype = None
-    ggml.ggml_backend_dev_memory.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
-    ]
-    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
-
+    ggml = ggml_api()
     found = []
     for index in range(ggml.ggml_backend_dev_count()):
         dev = ggml.ggml_backend_dev_get(index)
@@ -190,12 +173,7 @@ def devices() -> list[Device]:
 
 def backend_names() -> list[str]:
     """Names of the backends compiled into this llama.cpp build (``CPU``, ``CUDA``, ...)."""
-    ggml = open_lib("libggml")
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
-    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    ggml = ggml_api()
     return [
         (ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)) or b"").decode(errors="replace")
         for i in range(ggml.ggml_backend_reg_count())
