@@ -210,3 +210,17 @@ def test_image_urls_are_downloaded_only_when_allowed_and_within_limits(server_ho
         controller.stop()
         pool.close()
         web.shutdown()
+
+
+def test_a_remembered_encoder_that_moved_is_found_again_beside_the_model(models):
+    from models.engine import LoadSettings
+    from models.server.engine_pool import EnginePool
+
+    text, _ = models
+    pool = EnginePool(settings_for=lambda path: LoadSettings(
+        threads=TEST_THREADS, batch_threads=TEST_THREADS, context_length=256,
+        mmproj=str(text.parent / "moved-away" / "mmproj-gemma3.gguf")))
+    try:
+        assert pool.get(text).reads_images
+    finally:
+        pool.close()
