@@ -249,10 +249,10 @@ class EnginePool:
         settings = self.settings_for(path)
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
-        elif settings.mmproj is None:  # an image-text model reads images with its mmproj
-            from models.projector import with_projector
+        elif settings.mmproj is None or not Path(settings.mmproj).is_file():
+            from models.projector import with_projector  # an image-text model's encoder, beside it
 
-            settings = with_projector(path, settings)
+            settings = with_projector(path, settings)  # (a remembered one may have moved)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()
