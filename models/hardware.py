@@ -80,14 +80,32 @@ def system_output(args: list[str]) -> str:
         return ""
 
 
+#: The features Windows reports (``IsProcessorFeaturePresent``, winnt.h's PF_* numbers).
+#: It has no numbers for FMA, F16C or BMI2, so those stay unknown there.
+_WINDOWS_PROCESSOR_FEATURES = {"sse3": 13, "ssse3": 36, "avx": 39, "avx2": 40, "avx512f": 41}
+
+
+def readable_cpu_flags(platform_name: str = sys.platform) -> frozenset[str]:
+    """The features :func:`cpu_flags` can tell present or absent on this OS."""
+    if platform_name.startswith("linux"):
+        return frozenset(_INTERESTING_FLAGS)
+    if platform_name == "win32":
+        return frozenset(_WINDOWS_PROCESSOR_FEATURES)
+    return frozenset()
+
+
 def cpu_flags() -> list[str]:
     """Instruction-set features the CPU advertises that matter to ggml's kernels.
 
-    On Linux these come from ``/proc/cpuinfo``; elsewhere the list may be empty and
+    On Linux these come from ``/proc/cpuinfo``, on Windows from ``IsProcessorFeaturePresent``
+    (the features of :func:`readable_cpu_flags`); elsewhere the list is empty and
     ``backend_system_info`` (what llama.cpp was built to use) is the reference.
     """
     flags: set[str] = set()
-    if sys.platform.startswith("linux"):
+    if sys.platform == "win32":
+        present = ctypes.windll.kernel32.IsProcessorFeaturePresent  # type: ignore[attr-defined]
+        flags = {name for name, number in _WINDOWS_PROCESSOR_FEATURES.items() if present(number)}
+    elif sys.platform.startswith("linux"):
         try:
             for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
                 if line.startswith("flags") or line.startswith("Features"):
