@@ -92,6 +92,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Each command imports what it needs when it runs (``--version`` and ``--help`` import
     none of it): the start of every command is paid for each call.
     """
+    from app.core.console import utf8_streams
+
+    utf8_streams()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     open_path = open_path_argument(argv, parser.get_default("commands"))

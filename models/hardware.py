@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from app.core.system_programs import find_program, system_environment
-from models.llama_lib import open_lib
+from models.llama_lib import ggml_api, open_lib
 
 # enum ggml_backend_dev_type in ggml-backend.h, in declaration order.
 _DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}
@@ -80,14 +80,32 @@ def system_output(args: list[str]) -> str:
         return ""
 
 
+#: The features Windows reports (``IsProcessorFeaturePresent``, winnt.h's PF_* numbers).
+#: It has no numbers for FMA, F16C or BMI2, so those stay unknown there.
+_WINDOWS_PROCESSOR_FEATURES = {"sse3": 13, "ssse3": 36, "avx": 39, "avx2": 40, "avx512f": 41}
+
+
+def readable_cpu_flags(platform_name: str = sys.platform) -> frozenset[str]:
+    """The features :func:`cpu_flags` can tell present or absent on this OS."""
+    if platform_name.startswith("linux"):
+        return frozenset(_INTERESTING_FLAGS)
+    if platform_name == "win32":
+        return frozenset(_WINDOWS_PROCESSOR_FEATURES)
+    return frozenset()
+
+
 def cpu_flags() -> list[str]:
     """Instruction-set features the CPU advertises that matter to ggml's kernels.
 
-    On Linux these come from ``/proc/cpuinfo``; elsewhere the list may be empty and
+    On Linux these come from ``/proc/cpuinfo``, on Windows from ``IsProcessorFeaturePresent``
+    (the features of :func:`readable_cpu_flags`); elsewhere the list is empty and
     ``backend_system_info`` (what llama.cpp was built to use) is the reference.
     """
     flags: set[str] = set()
-    if sys.platform.startswith("linux"):
+    if sys.platform == "win32":
+        present = ctypes.windll.kernel32.IsProcessorFeaturePresent  # type: ignore[attr-defined]
+        flags = {name for name, number in _WINDOWS_PROCESSOR_FEATURES.items() if present(number)}
+    elif sys.platform.startswith("linux"):
         try:
             for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
                 if line.startswith("flags") or line.startswith("Features"):
@@ -153,24 +171,7 @@ def devices() -> list[Device]:
     The CPU is always listed; CUDA, Metal, Vulkan or other GPUs appear only when this
     llama.cpp build includes that backend and the driver finds a device.
     """
-    ggml = open_lib("libggml")
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(ggml, fn).restype = ctypes.c_char_p
-        getattr(ggml, fn).argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_type.restype = ctypes.c_int
-    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_memory.restype = None
-    ggml.ggml_backend_dev_memory.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
-    ]
-    ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
-
+    ggml = ggml_api()
     found = []
     for index in range(ggml.ggml_backend_dev_count()):
         dev = ggml.ggml_backend_dev_get(index)
@@ -190,12 +191,7 @@ def devices() -> list[Device]:
 
 def backend_names() -> list[str]:
     """Names of the backends compiled into this llama.cpp build (``CPU``, ``CUDA``, ...)."""
-    ggml = open_lib("libggml")
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
-    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    ggml = ggml_api()
     return [
         (ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)) or b"").decode(errors="replace")
         for i in range(ggml.ggml_backend_reg_count())

@@ -84,6 +84,7 @@ class FitSettings:
     cpu_moe_layers: int = 0  # MoE: blocks (from the first) whose experts stay on the CPU; -1 all
     use_mmap: bool = True  # the weights on the CPU are the mapped file
     use_extra_bufts: bool = True  # llama.cpp may repack CPU weights for its faster kernels
+    projector_bytes: int = 0  # the vision encoder (mmproj) loaded beside: on the GPU with layers there
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,10 @@ def predict_memory(model: Union[Path, GGUFHeader], settings: FitSettings = FitSe
     buffers = cpu_weight_buffers(on_cpu, backend or this_cpu_backend(), settings.use_mmap,
                                  settings.use_extra_bufts, tied_output and not output_on_gpu)
     weights_cpu = sum(buffers.values())
+    if gpu_layers:  # libmtmd puts the vision encoder on the GPU when the model uses one
+        weights_gpu += settings.projector_bytes
+    else:
+        weights_cpu += settings.projector_bytes
 
     n_ctx = -(-settings.n_ctx // CTX_PAD) * CTX_PAD
     block, type_size = GGML_QUANT_SIZES[KV_TYPES[settings.kv_type]]

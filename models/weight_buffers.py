@@ -181,24 +181,9 @@ def this_cpu_backend() -> CpuBackend:
     backend, ``ggml_backend_dev_host_buffer_type`` of each GPU). A library that cannot be
     opened gives the plain CPU backend (no repacking) and a log line."""
     try:
-        from models.llama_lib import open_lib
+        from models.llama_lib import ggml_api
 
-        ggml = open_lib("libggml")
-        ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-        ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-        ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-        ggml.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-        ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
-        ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-        ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-        ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        ggml.ggml_backend_dev_type.restype = ctypes.c_int
-        ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_dev_host_buffer_type.restype = ctypes.c_void_p
-        ggml.ggml_backend_dev_host_buffer_type.argtypes = [ctypes.c_void_p]
+        ggml = ggml_api()
 
         cpu = ggml.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
         reg = ggml.ggml_backend_dev_backend_reg(cpu) if cpu else None

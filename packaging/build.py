@@ -1,6 +1,11 @@
-"""Build QuantDesk's installers for the operating system this runs on: one command.
+"""Build QuantDesk's installers: one command.
 
     python packaging/build.py [--backend cpu|cuda|metal|vulkan] [--formats deb,tar]
+    python packaging/build.py --target windows      # on Linux: the Windows installer
+
+``--target windows`` on Linux makes the Windows installer with mingw-w64, Wine and NSIS
+(``cross_windows.py`` says how); the steps below are those of a build for the system it
+runs on.
 
 From a fresh clone with nothing run before it, this
 
@@ -27,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +44,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))  # this checkout's app package (find_program), not an installed one
 
 import llama_cmake_args  # noqa: E402  (packaging/ is not a package)
+import wine_prefix  # noqa: E402
 from app.core.errors import QuantDeskError  # noqa: E402
 from app.core.system_programs import find_program  # noqa: E402
 
@@ -144,21 +148,28 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_build_info(python: Path, backend: str, cmake: list[str]) -> dict:
-    """What the bundle was built with; shown by ``quantdesk doctor`` and About."""
-    version = subprocess.run([python, "-c", "import importlib.metadata as m; "
-                              "print(m.version('quantdesk'), m.version('llama-cpp-python'))"],
-                             check=True, capture_output=True, text=True).stdout.split()
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
+#: Run by the bundle's Python: the versions and platform build info records.
+VERSIONS_SCRIPT = ("import importlib.metadata as m, platform, sys; "
+                   "print(m.version('quantdesk'), m.version('llama-cpp-python'), sys.platform, "
+                   "platform.machine().lower(), platform.python_version())")
+
+
+def write_build_info(versions: str, backend: str, cmake: list[str]) -> dict:
+    """What the bundle was built with; shown by ``quantdesk doctor`` and About.
+
+    ``versions`` is what :data:`VERSIONS_SCRIPT` printed in the build environment.
+    """
+    app, llama, system, machine, python = versions.split()
+    x86 = machine in ("x86_64", "amd64")
     info = {
-        "app_version": version[0],
-        "llama_cpp_python": version[1],
+        "app_version": app,
+        "llama_cpp_python": llama,
         "backend": backend,
         "cmake_args": " ".join(cmake),
-        "cpu_level": llama_cmake_args.PORTABLE_X86_LEVEL if x86 else platform.machine(),
+        "cpu_level": llama_cmake_args.PORTABLE_X86_LEVEL if x86 else machine,
         "required_cpu_flags": sorted(llama_cmake_args.PORTABLE_X86_FLAGS) if x86 else [],
-        "platform": f"{sys.platform}-{platform.machine().lower()}",
-        "python": platform.python_version(),
+        "platform": f"{system}-{machine}",
+        "python": python,
         "commit": git_commit(),
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -209,11 +220,52 @@ def pack(bundle: Path, info: dict, formats: list[str]) -> list[Path]:
     return outputs
 
 
+def build_windows(backend: str) -> list[Path]:
+    """The Windows installer, made on Linux (``cross_windows.py``); returns bundle and installer."""
+    import cross_windows
+    import pack_windows
+
+    wheel = cross_windows.build_llama_wheel(BUILD, backend)
+    python = cross_windows.windows_python(BUILD)
+    step("Installing QuantDesk and its runtime dependencies into Windows' Python (pip under Wine)")
+    started = time.monotonic()
+    python.pip("install", "-q", "--force-reinstall", "--no-deps", cross_windows.windows_path(wheel))
+    app_wheel = cross_windows.project_wheel(ROOT, BUILD / "windows" / "wheels")
+    python.pip("install", "-q", cross_windows.windows_path(app_wheel), PYINSTALLER, "pillow")
+    python.pip("check")
+    print(f"    installed in {time.monotonic() - started:.0f} s", flush=True)
+    info = write_build_info(python.run(["-c", VERSIONS_SCRIPT], quiet=True), backend,
+                            cross_windows.cmake_args(backend))
+    step("Rendering the app icon (Qt under Wine)")
+    python.run([cross_windows.windows_path(HERE / "render_icons.py"),
+                cross_windows.windows_path(BUILD / "icons")], env={"QT_QPA_PLATFORM": "offscreen"})
+    step("Freezing with PyInstaller under Wine (onedir: QuantDesk.exe + quantdesk-cli.exe)")
+    started = time.monotonic()
+    dist = DIST / "windows"
+    python.run(["-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
+                "--distpath", cross_windows.windows_path(dist),
+                "--workpath", cross_windows.windows_path(BUILD / "windows" / "pyinstaller"),
+                cross_windows.windows_path(HERE / "quantdesk.spec")], cwd=ROOT)
+    bundle = dist / "QuantDesk"
+    for package in bundle.rglob("quantize"):  # see freeze(): bytecode beside the sources
+        if (package / "__init__.py").exists():
+            python.run(["-m", "compileall", "-q", cross_windows.windows_path(package)], quiet=True)
+    missing = cross_windows.bundle_runtime_check(bundle)
+    if missing:
+        raise QuantDeskError(f"The Windows bundle lacks the mingw runtime DLLs {', '.join(missing)}.",
+                             "Rebuild the llama-cpp-python wheel for Windows (delete its cache).")
+    print(f"    frozen in {time.monotonic() - started:.0f} s", flush=True)
+    return [bundle, pack_windows.build_installer(bundle, info, DIST)]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build QuantDesk's installers for this OS.")
+    parser = argparse.ArgumentParser(description="Build QuantDesk's installers.")
     parser.add_argument("--backend", choices=llama_cmake_args.BACKENDS,
                         default=llama_cmake_args.default_backend(),
                         help="llama.cpp backend (default: as install.sh chooses: %(default)s)")
+    parser.add_argument("--target", choices=("host", "windows"), default="host",
+                        help="host: installers for this OS; windows (on Linux): the Windows "
+                             "installer, cross-built with mingw-w64, Wine and NSIS")
     parser.add_argument("--formats", default="deb,tar",
                         help="Linux only: which of deb,tar to make (default: both)")
     parser.add_argument("--no-pack", action="store_true", help="freeze only")
@@ -222,22 +274,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
 
+    if args.target == "windows":
+        if not sys.platform.startswith("linux"):
+            parser.error("--target windows is made on Linux; on Windows run build.py itself")
+        outputs = build_windows(args.backend)
+        report(started, args.backend, outputs)
+        return 0
+
     cmake = llama_cmake_args.cmake_args(args.backend, portable=True)
     python = make_build_env()
     install_app(python, llama_wheel(python, cmake), args.backend)
-    info = write_build_info(python, args.backend, cmake)
+    versions = subprocess.run([python, "-c", VERSIONS_SCRIPT], check=True, capture_output=True,
+                              text=True).stdout
+    info = write_build_info(versions, args.backend, cmake)
     render_icons(python)
     bundle = freeze(python, args.clean)
     # The packers call build tools installed in the build environment (dmgbuild).
     os.environ["PATH"] = str(venv_python(BUILD / "venv").parent) + os.pathsep + os.environ["PATH"]
     outputs = [] if args.no_pack else pack(bundle, info, args.formats.split(","))
+    report(started, args.backend, [bundle, *outputs])
+    return 0
 
-    step(f"Done in {time.monotonic() - started:.0f} s ({args.backend} backend)")
-    for path in [bundle, *outputs]:
+
+def report(started: float, backend: str, paths: list[Path]) -> None:
+    step(f"Done in {time.monotonic() - started:.0f} s ({backend} backend)")
+    for path in paths:
         size = path.stat().st_size if path.is_file() else \
             sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
         print(f"    {path.relative_to(ROOT)}  {size / 2**20:.1f} MiB", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
@@ -245,4 +309,7 @@ if __name__ == "__main__":
         sys.exit(main())
     except QuantDeskError as exc:  # a missing build tool: its sentence, not a traceback
         print(f"build.py: {exc.user_message}", file=sys.stderr)
+        sys.exit(2)
+    except wine_prefix.WineSetupError as exc:  # the Windows build's tools, one sentence
+        print(f"build.py: {exc}", file=sys.stderr)
         sys.exit(2)

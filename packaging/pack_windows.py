@@ -1,11 +1,17 @@
 """Windows installer of the frozen bundle: ``packaging/windows/quantdesk.nsi`` via makensis.
 
-On Windows (the release workflow) it first puts the OpenMP runtime ``vcomp140.dll`` next to
-llama.cpp's ``ggml-cpu.dll``: llama.cpp's CPU backend is built with OpenMP under MSVC, and
-a computer without the Visual C++ redistributable has no vcomp140.dll, so the engine would
-not load. llama_cpp adds ``llama_cpp\\lib`` to the DLL search path, so the copy there is
-found. The DLL comes from the MSVC toolset's redistributable folder
-(``VCToolsRedistDir``, set by the Developer Command Prompt) or ``QUANTDESK_VCOMP``.
+llama.cpp's CPU backend uses OpenMP, whose runtime must be in the bundle next to
+``ggml-cpu.dll`` (llama_cpp adds ``llama_cpp\\lib`` to the DLL search path):
+
+* built with mingw-w64 on Linux (``build.py --target windows``), the wheel already carries
+  libgomp and the rest of the mingw runtime;
+* built with MSVC on Windows (the release workflow's CUDA build), this copies
+  ``vcomp140.dll`` there: a computer without the Visual C++ redistributable has none. It
+  comes from the MSVC toolset's redistributable folder (``VCToolsRedistDir``, set by the
+  Developer Command Prompt) or ``QUANTDESK_VCOMP``.
+
+makensis builds the 64-bit installer stub (``-XTarget amd64-unicode``), which is the one
+that runs without 32-bit support (Wine without wine32 too).
 
 On Linux, ``python packaging/pack_windows.py --standin dist/QuantDesk`` compiles the same
 script against the Linux bundle, uncompressed, only to check its syntax (the smoke test
@@ -20,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -52,7 +59,7 @@ def makensis(bundle: Path, version: str, backend: str, out: Path, standin: bool)
     if program is None:
         raise SystemExit("makensis is not installed (Windows: choco install nsis; "
                          "Debian: apt-get install nsis).")
-    args = [program, "-V2", f"-DVERSION={version}", f"-DBUNDLE={bundle}",
+    args = [program, "-V2", "-XTarget amd64-unicode", f"-DVERSION={version}", f"-DBUNDLE={bundle}",
             f"-DOUTFILE={out}", f"-DBACKEND={backend}"]
     if standin:
         args.append("-DSTANDIN=1")
@@ -60,17 +67,20 @@ def makensis(bundle: Path, version: str, backend: str, out: Path, standin: bool)
 
 
 def build_installer(bundle: Path, info: dict, dist: Path) -> Path:
-    """``dist/QuantDesk-<version>-windows-x64-<backend>-setup.exe``."""
+    """``dist/QuantDesk-<version>-windows-x64-<backend>-setup.exe``, with its time and size."""
     print("==> Packing the Windows installer (NSIS)", flush=True)
     lib = bundle / "_internal" / "llama_cpp" / "lib"
-    if not (lib / "vcomp140.dll").exists():
+    if not (lib / "vcomp140.dll").exists() and not (lib / "libgomp-1.dll").exists():
         vcomp = find_vcomp()
         if vcomp is None:
-            raise SystemExit("vcomp140.dll (OpenMP runtime) not found: run from a Developer "
-                             "Command Prompt or set QUANTDESK_VCOMP to its path.")
+            raise SystemExit("vcomp140.dll (OpenMP runtime of an MSVC build) not found: run "
+                             "from a Developer Command Prompt or set QUANTDESK_VCOMP to its path.")
         shutil.copy2(vcomp, lib / "vcomp140.dll")
     out = dist / f"QuantDesk-{info['app_version']}-windows-x64-{info['backend']}-setup.exe"
+    started = time.monotonic()
     makensis(bundle, info["app_version"], info["backend"], out, standin=False)
+    print(f"    packed in {time.monotonic() - started:.0f} s: {out.name} "
+          f"{out.stat().st_size / 2**20:.1f} MiB", flush=True)
     return out
 
 

@@ -103,7 +103,7 @@ class _RoundedSource:
     def __init__(self, source: TensorSource) -> None:
         from quantize.convert import output_type
 
-        self._source = source
+        self.hf_source = source  # its vision encoder, if any, is written apart (write_projector)
         self.description, self.arch = source.description, source.arch
         originals = source.tensors()
         bf16 = any(t.stored_type == T.BF16 for t in originals)
@@ -111,13 +111,13 @@ class _RoundedSource:
         self._tensors = [self._rounded(t, output_type(t, self.intermediate)) for t in originals]
 
     def metadata(self):
-        return self._source.metadata()
+        return self.hf_source.metadata()
 
     def tensors(self) -> list[SourceTensor]:
         return list(self._tensors)
 
     def close(self) -> None:
-        getattr(self._source, "close", lambda: None)()
+        getattr(self.hf_source, "close", lambda: None)()
 
     @staticmethod
     def _rounded(t: SourceTensor, stored: T) -> SourceTensor:
@@ -374,7 +374,8 @@ def quantize_model(
         cancel: Checked between tensors and between row chunks.
 
     Returns:
-        The written paths and a one-line summary per output.
+        The written paths (after them, an image-text checkpoint's F16 vision encoder,
+        ``mmproj-<folder>-F16.gguf`` beside the first) and a one-line summary per output.
 
     Raises:
         QuantDeskError: bad input, bad importance matrix, or a type that needs one;
@@ -401,6 +402,11 @@ def quantize_model(
                                 load=functools.partial(_load, copied),
                                 release=lambda t: t.release and t.release(),
                                 copied=lambda t: t.name in copied)
+        if isinstance(source, _RoundedSource):  # an image-text checkpoint: its encoder too
+            from quantize.convert.convert import write_projector
+
+            projector = write_projector(source.hf_source, Path(targets[0].path), report=report, cancel=cancel)
+            paths = paths + [projector] if projector is not None else paths
     finally:
         if source is not input:
             getattr(source, "close", lambda: None)()

@@ -26,34 +26,17 @@ from us) in rare last-bit ties; our encoders reproduce the x86 build.
 
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from models.llama_lib import open_lib
-
-
-@lru_cache(maxsize=None)
-def _ggml_base() -> ctypes.CDLL:
-    lib = open_lib("libggml-base")
-    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
-    lib.ggml_quantize_chunk.argtypes = [
-        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-    ]
-    lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
-    lib.ggml_quantize_requires_imatrix.argtypes = [ctypes.c_int]
-    lib.ggml_quantize_init.restype = None
-    lib.ggml_quantize_init.argtypes = [ctypes.c_int]
-    return lib
+from models.llama_lib import ggml_api
 
 
 def ggml_requires_imatrix(qtype: GGMLQuantizationType) -> bool:
     """Whether libggml refuses to quantize ``qtype`` without importance weights."""
-    return bool(_ggml_base().ggml_quantize_requires_imatrix(int(qtype)))
+    return bool(ggml_api().ggml_quantize_requires_imatrix(int(qtype)))
 
 
 def ggml_quantize(values: np.ndarray, qtype: GGMLQuantizationType,
@@ -80,7 +63,7 @@ def ggml_quantize(values: np.ndarray, qtype: GGMLQuantizationType,
     block, size = GGML_QUANT_SIZES[qtype]
     if n_per_row % block:
         raise ValueError(f"{n_per_row} values per row is not a multiple of {qtype.name}'s block of {block}")
-    lib = _ggml_base()
+    lib = ggml_api()
     imatrix_ptr = None
     if imatrix is not None:
         imatrix = np.ascontiguousarray(imatrix, dtype=np.float32)

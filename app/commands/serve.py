@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                           allowed_hosts=tuple(args.allow_host or ()),
                           queue_limit=args.queue_limit, log_requests=False,
                           prompt_cache_ram_mb=args.prompt_cache_mb,
-                          ollama_port=args.ollama_port)
+                          ollama_port=args.ollama_port, image_urls=args.allow_image_urls)
     library = Library()
     preload = []
     for name in args.models:
@@ -151,6 +151,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--allow-host", action="append", metavar="NAME",
                         help="a host name the server answers to besides localhost and its "
                              "address (repeatable)")
+    parser.add_argument("--allow-image-urls", action="store_true",
+                        help="download images that requests give as http(s) addresses (10 s and "
+                             "32 MB at most each); off by default, so requests cannot make the "
+                             "server reach other machines")
     parser.add_argument("--mmproj", type=Path, default=None, metavar="FILE",
                         help="the vision encoder (mmproj GGUF) of the one MODEL given; by default "
                              "each model loads the mmproj-*.gguf beside it, if any")

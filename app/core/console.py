@@ -1,8 +1,9 @@
-"""Running a long job from the terminal: a progress bar on stderr and Ctrl+C as Cancel.
+"""The terminal: a progress bar on stderr, Ctrl+C as Cancel, text in UTF-8.
 
 The CLI's counterpart of the GUI's worker: :func:`run_job` calls a job function with a
 :class:`ConsoleProgress` as its ``report`` and a :class:`~app.core.jobs.CancelToken`
-that the first Ctrl+C sets (a second Ctrl+C interrupts at once).
+that the first Ctrl+C sets (a second Ctrl+C interrupts at once). :func:`utf8_streams`
+makes piped output on Windows carry every character a model can write.
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from typing import Callable, Optional, TextIO, TypeVar
 from app.core.jobs import CancelToken, Progress, StageClock, eta_seconds
 
 T = TypeVar("T")
+
+
+def utf8_streams(platform: str = sys.platform) -> None:
+    """Standard input, output and error in UTF-8 on Windows when they are pipes or files.
+
+    Windows' Python reads and writes a pipe or a file in the ANSI code page (cp1252 in
+    Western Europe and America), which has no CJK text or emoji: ``quantdesk chat ... >
+    reply.txt`` would stop with ``UnicodeEncodeError`` at the first such token. A console
+    window has its own Unicode stream and is left as it is. Characters that cannot be
+    decoded from input are replaced rather than fatal.
+    """
+    if platform != "win32":
+        return
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if stream is not None and hasattr(stream, "reconfigure") and encoding != "utf8":
+            stream.reconfigure(encoding="utf-8", errors="replace")
 
 
 def _format_eta(seconds: Optional[float]) -> str:

@@ -46,7 +46,7 @@ def install_section() -> Section:
     rows = [("Installed as", info.description), ("Location", str(info.location))]
     if info.build:
         rows.append(("Bundle build", info.backend_text()))
-        missing = missing_cpu_flags(set(hardware.cpu_flags()), info)
+        missing = missing_cpu_flags(set(hardware.cpu_flags()), info, hardware.readable_cpu_flags())
         if missing:
             rows.append(("Problem", f"this CPU lacks {', '.join(missing)}, which this build of "
                                     "llama.cpp needs; models will not run. Install from source "

@@ -103,14 +103,18 @@ def install_info() -> InstallInfo:
     return InstallInfo("package", "Python package (pip)", package_root)
 
 
-def missing_cpu_flags(cpu_flags: set[str], info: Optional[InstallInfo] = None) -> list[str]:
+def missing_cpu_flags(cpu_flags: set[str], info: Optional[InstallInfo] = None,
+                      readable: Optional[frozenset[str]] = None) -> list[str]:
     """The CPU features the bundle's llama.cpp needs and this CPU lacks.
 
-    Empty when not frozen, when the CPU's flags are unknown (not Linux), or when all are
-    there. A non-empty answer means the engine would die of an illegal instruction.
+    Empty when not frozen, when the CPU's flags are unknown, or when all are there. Only
+    features the OS can report count (``readable``, all when None): Windows tells AVX2 but
+    not FMA, so a missing FMA there is not a finding. A non-empty answer means the engine
+    would die of an illegal instruction.
     """
     info = info or install_info()
     needed = info.build.get("required_cpu_flags") or []
     if not cpu_flags:
         return []
-    return [flag for flag in needed if flag not in cpu_flags]
+    return [flag for flag in needed
+            if flag not in cpu_flags and (readable is None or flag in readable)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from app.core.errors import Cancelled
+from app.core.errors import Cancelled, QuantDeskError
 
 
 @dataclass(frozen=True)
@@ -181,11 +181,42 @@ def atomic_output(target: os.PathLike | str, suffix: str = ".part") -> Iterator[
     os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
-        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+    replace_file(tmp, target)
+
+
+#: How long :func:`replace_file` waits for another program to let go of the target.
+REPLACE_PATIENCE_S = 3.0
+
+
+def replace_file(finished: Path, target: Path, patience_s: Optional[float] = None) -> None:
+    """Rename the complete file ``finished`` onto ``target``, waiting briefly if it is busy.
+
+    On Windows a file another process has open cannot be replaced (a model loaded by
+    the engine or another program; for a moment, a virus scanner reading a new file):
+    ``os.replace`` fails with a permission error. A short lock passes within
+    ``patience_s``; a lasting one is a sentence, and the finished file is kept beside the
+    target under its temporary name rather than thrown away.
+
+    Raises:
+        QuantDeskError: ``target`` stayed in use.
+    """
+    deadline = time.monotonic() + (REPLACE_PATIENCE_S if patience_s is None else patience_s)
+    while True:
+        try:
+            os.replace(finished, target)
+            return
+        except PermissionError as exc:
+            if time.monotonic() >= deadline:
+                raise QuantDeskError(
+                    f"{target} could not be replaced: another program has it open ({exc.strerror}).",
+                    f"The new file is complete and was kept as {finished.name} in the same folder. "
+                    "Close what uses the old file (a model loaded in QuantDesk or another app), "
+                    "then rename it, or choose another output name.") from exc
+            time.sleep(0.1)
 
 
 @dataclass

@@ -91,6 +91,18 @@ class LoadReport:
                 f"chat template: {self.template}; backends {', '.join(self.backends)}{fallback_note}")
 
 
+#: Windows' exit codes for a process that crashed (NTSTATUS values), as a person would
+#: read them; Windows has no signals, so a crash is a status like 0xC0000005.
+_WINDOWS_CRASHES = {
+    0xC0000005: "an access violation",
+    0xC000001D: "an instruction this CPU does not have",
+    0xC0000094: "a division by zero",
+    0xC00000FD: "a stack overflow",
+    0xC0000409: "a failed safety check (abort)",
+    0xC0000017: "running out of memory",
+}
+
+
 def _exit_description(exitcode: Optional[int]) -> str:
     if exitcode is None:
         return "stopped responding"
@@ -99,6 +111,8 @@ def _exit_description(exitcode: Optional[int]) -> str:
             return f"was killed by {signal.Signals(-exitcode).name}"
         except ValueError:
             return f"was killed by signal {-exitcode}"
+    if exitcode in _WINDOWS_CRASHES:
+        return f"crashed with {_WINDOWS_CRASHES[exitcode]} (0x{exitcode:08X})"
     return f"exited with status {exitcode}"
 
 

@@ -48,13 +48,9 @@ class _BufferTypeOverride(ctypes.Structure):
 
 def cpu_buffer_type() -> int:
     """ggml's CPU buffer type (``ggml_backend_cpu_buffer_type()``), from the device registry."""
-    from models.llama_lib import open_lib
+    from models.llama_lib import ggml_api
 
-    ggml = open_lib("libggml")
-    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    ggml = ggml_api()
     device = ggml.ggml_backend_dev_by_type(_CPU_DEVICE)
     if not device:
         raise RuntimeError("ggml lists no CPU device")

@@ -115,7 +115,7 @@ def _set_mtmd_log(callback, user_data) -> None:
     """libmtmd (images) logs through callbacks of its own, set apart from llama.cpp's."""
     try:
         from llama_cpp import mtmd_cpp
-    except (ImportError, OSError):  # a build without libmtmd: nothing logs there
+    except (ImportError, OSError, RuntimeError):  # a build without libmtmd: nothing logs there
         return
     mtmd_cpp.mtmd_log_set(callback, user_data)
     mtmd_cpp.mtmd_helper_log_set(callback, user_data)

@@ -33,11 +33,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+import functools
+
 import llama_cpp
-from llama_cpp import mtmd_cpp as mtmd
 
 from app.core.errors import QuantDeskError
 from models.images import check_image
+
+
+@functools.cache
+def _mtmd():
+    """llama-cpp-python's libmtmd bindings, loaded when a vision encoder is: a build
+    without libmtmd still runs text models (the scheduler imports this module)."""
+    try:
+        from llama_cpp import mtmd_cpp
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise QuantDeskError(f"This QuantDesk's llama.cpp cannot read images (libmtmd: {exc}).",
+                             "Load the model without its mmproj file, or reinstall QuantDesk.") from exc
+    return mtmd_cpp
 
 
 def placeholder_id(digest: bytes) -> int:
@@ -114,7 +127,7 @@ class ImagePrompt:
 
     def close(self) -> None:
         if self.chunks is not None:
-            mtmd.mtmd_input_chunks_free(self.chunks)
+            _mtmd().mtmd_input_chunks_free(self.chunks)
             self.chunks = None
 
 
@@ -129,24 +142,24 @@ class VisionEncoder:
     """
 
     def __init__(self, path: str, model, use_gpu: bool, threads: int) -> None:
-        params = mtmd.mtmd_context_params_default()
+        params = _mtmd().mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = threads
         params.print_timings = False
-        self.ctx = mtmd.mtmd_init_from_file(path.encode("utf-8"), model, params)
+        self.ctx = _mtmd().mtmd_init_from_file(path.encode("utf-8"), model, params)
         if not self.ctx:
             raise QuantDeskError(
                 f"llama.cpp could not load the vision encoder {path}.",
                 "Check that the mmproj file belongs to this model and is complete; the log has "
                 "llama.cpp's report.")
         self.path = path
-        self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
-        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
-        self.marker = mtmd.mtmd_default_marker().decode("utf-8")
+        self.vision = bool(_mtmd().mtmd_support_vision(self.ctx))
+        self.mrope = bool(_mtmd().mtmd_decode_use_mrope(self.ctx))
+        self.marker = _mtmd().mtmd_default_marker().decode("utf-8")
 
     def close(self) -> None:
         if self.ctx:
-            mtmd.mtmd_free(self.ctx)
+            _mtmd().mtmd_free(self.ctx)
             self.ctx = None
 
     def tokenize(self, text: str, images: list[bytes], add_special: bool) -> ImagePrompt:
@@ -159,46 +172,46 @@ class VisionEncoder:
             for data in images:
                 info = check_image(data)
                 buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-                bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buffer, len(data), False)
+                bitmap = _mtmd().mtmd_helper_bitmap_init_from_buf(self.ctx, buffer, len(data), False)
                 if not bitmap:
                     raise QuantDeskError(
                         f"The {info.format} image ({info.width}×{info.height}) could not be decoded; "
                         "the file is damaged or truncated.", "Send the image again, or another copy of it.")
-                mtmd.mtmd_bitmap_set_id(bitmap, info.sha256.encode("ascii"))
+                _mtmd().mtmd_bitmap_set_id(bitmap, info.sha256.encode("ascii"))
                 bitmaps.append(bitmap)
             return self._tokenize(text, bitmaps, add_special)
         finally:
             for bitmap in bitmaps:
-                mtmd.mtmd_bitmap_free(bitmap)
+                _mtmd().mtmd_bitmap_free(bitmap)
 
     def _tokenize(self, text: str, bitmaps: list, add_special: bool) -> ImagePrompt:
         raw = text.encode("utf-8")
-        source = mtmd.mtmd_input_text(raw, len(raw), add_special, True)
-        array = (mtmd.mtmd_bitmap_p_ctypes * max(len(bitmaps), 1))(*bitmaps)
-        chunks = mtmd.mtmd_input_chunks_init()
-        code = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(source), array, len(bitmaps))
+        source = _mtmd().mtmd_input_text(raw, len(raw), add_special, True)
+        array = (_mtmd().mtmd_bitmap_p_ctypes * max(len(bitmaps), 1))(*bitmaps)
+        chunks = _mtmd().mtmd_input_chunks_init()
+        code = _mtmd().mtmd_tokenize(self.ctx, chunks, ctypes.byref(source), array, len(bitmaps))
         if code != 0:
-            mtmd.mtmd_input_chunks_free(chunks)
+            _mtmd().mtmd_input_chunks_free(chunks)
             reason = {1: "the number of images does not match the image markers in the prompt",
                       2: "an image could not be preprocessed"}.get(code, f"error {code}")
             raise QuantDeskError(f"llama.cpp could not read the prompt's images: {reason}.",
                                  "Send the message again; if an image is damaged, send another copy.")
         prompt = ImagePrompt([], chunks=chunks)
         seen: dict[bytes, int] = {}  # an image split in tiles has one chunk per tile
-        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-            kind = mtmd.mtmd_input_chunk_get_type(chunk)
-            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+        for i in range(_mtmd().mtmd_input_chunks_size(chunks)):
+            chunk = _mtmd().mtmd_input_chunks_get(chunks, i)
+            kind = _mtmd().mtmd_input_chunk_get_type(chunk)
+            if kind == _mtmd().MTMD_INPUT_CHUNK_TYPE_TEXT:
                 count = ctypes.c_size_t(0)
-                pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+                pointer = _mtmd().mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
                 prompt.tokens.extend(pointer[i] for i in range(count.value))
                 continue
-            n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-            chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
+            n_tokens = _mtmd().mtmd_input_chunk_get_n_tokens(chunk)
+            chunk_id = _mtmd().mtmd_input_chunk_get_id(chunk) or b""
             seen[chunk_id] = seen.get(chunk_id, -1) + 1
             digest = hashlib.sha256(chunk_id + b"/%d/%d" % (seen[chunk_id], n_tokens)).digest()
             prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk,
-                                                         mtmd.mtmd_input_chunk_get_n_pos(chunk))
+                                                         _mtmd().mtmd_input_chunk_get_n_pos(chunk))
             prompt.tokens.extend([placeholder_id(digest)] * n_tokens)
         return prompt
 
@@ -211,22 +224,22 @@ class VisionEncoder:
         Raises:
             QuantDeskError: llama.cpp failed (the cells written so far are the caller's to drop).
         """
-        if span.n_tokens > n_batch and mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk):
+        if span.n_tokens > n_batch and _mtmd().mtmd_decode_use_non_causal(self.ctx, span.chunk):
             # llama.cpp would abort the process: a non-causal image must fit one micro-batch.
             raise QuantDeskError(
                 f"An image takes {span.n_tokens} tokens, more than the {n_batch}-token batch the "
                 "model was loaded with, and this model must read an image in one batch.",
                 f"Reload the model with a batch and micro-batch size of at least {span.n_tokens}.")
         started = time.perf_counter()
-        if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+        if _mtmd().mtmd_encode_chunk(self.ctx, span.chunk) != 0:
             raise QuantDeskError("llama.cpp's vision encoder failed on an image.",
                                  "Send the message again; the log has llama.cpp's report.")
         encoded = time.perf_counter()
-        embd = mtmd.mtmd_get_output_embd(self.ctx)
+        embd = _mtmd().mtmd_get_output_embd(self.ctx)
         new_n_past = llama_cpp.llama_pos(0)
-        code = mtmd.mtmd_helper_decode_image_chunk(self.ctx, llama_ctx, span.chunk, embd, n_past, seq_id,
+        code = _mtmd().mtmd_helper_decode_image_chunk(self.ctx, llama_ctx, span.chunk, embd, n_past, seq_id,
                                                    n_batch, ctypes.byref(new_n_past),
-                                                   mtmd.mtmd_helper_post_decode_callback(), None)
+                                                   _mtmd().mtmd_helper_post_decode_callback(), None)
         if code != 0:
             raise ImageDecodeFailed(code)
         return encoded - started, time.perf_counter() - encoded

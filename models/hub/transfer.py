@@ -43,7 +43,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, check
+from app.core.jobs import CancelToken, check, replace_file
 from models.hub.auth import hub_endpoint
 from models.hub.client import error_for_status, hub_errors
 from models.hub.session import cancellable
@@ -225,7 +225,7 @@ def fetch_file(remote: RemoteFile, target: Path, token: Optional[str],
         raise QuantDeskError(
             f"The downloaded {remote.label} does not match the Hub's {kind}, so it was deleted.",
             "Download it again; if this repeats, the connection or a proxy alters the data.")
-    os.replace(transfer.part, target)
+    replace_file(transfer.part, target)
     sidecar_path(target).unlink(missing_ok=True)
     return target
 

@@ -72,19 +72,12 @@ def weight_name(raw: bytes) -> str:
 
 
 class _Ggml:
-    """The few ggml functions the collector calls, from llama-cpp-python's libggml-base."""
+    """The few ggml functions the collector calls (tensor layout checked against this build)."""
 
     def __init__(self) -> None:
-        from models.llama_lib import open_lib
+        from models.llama_lib import ggml_api
 
-        lib = open_lib("libggml-base")
-        lib.ggml_op_name.argtypes, lib.ggml_op_name.restype = [ctypes.c_int], ctypes.c_char_p
-        lib.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
-        lib.ggml_backend_buffer_is_host.restype = ctypes.c_bool
-        lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
-        lib.ggml_backend_tensor_get.restype = None
-        lib.ggml_nbytes.argtypes, lib.ggml_nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
-        lib.ggml_tensor_overhead.argtypes, lib.ggml_tensor_overhead.restype = [], ctypes.c_size_t
+        lib = ggml_api()
         self.lib = lib
         expected = lib.ggml_tensor_overhead() - _GGML_OBJECT_SIZE
         if ctypes.sizeof(GgmlTensor) != expected:

@@ -22,31 +22,15 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Sequence
 
-from models.llama_lib import open_lib
+from models.llama_lib import ggml_api
 
 #: ``GGML_BACKEND_DEVICE_TYPE_GPU`` and ``_IGPU`` (ggml-backend.h).
 _GPU_TYPES = (1, 2)
 
 
-def ggml_registry() -> ctypes.CDLL:
-    """libggml with the backend-registry functions typed (the ones this package calls)."""
-    ggml = open_lib("libggml")
-    for name, restype, argtypes in (
-        ("ggml_backend_reg_by_name", ctypes.c_void_p, [ctypes.c_char_p]),
-        ("ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]),
-        ("ggml_backend_reg_dev_count", ctypes.c_size_t, [ctypes.c_void_p]),
-        ("ggml_backend_reg_dev_get", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]),
-        ("ggml_backend_dev_count", ctypes.c_size_t, []),
-        ("ggml_backend_dev_get", ctypes.c_void_p, [ctypes.c_size_t]),
-        ("ggml_backend_dev_type", ctypes.c_int, [ctypes.c_void_p]),
-        ("ggml_backend_dev_name", ctypes.c_char_p, [ctypes.c_void_p]),
-        ("ggml_backend_dev_description", ctypes.c_char_p, [ctypes.c_void_p]),
-        ("ggml_backend_dev_backend_reg", ctypes.c_void_p, [ctypes.c_void_p]),
-        ("ggml_backend_reg_name", ctypes.c_char_p, [ctypes.c_void_p]),
-    ):
-        function = getattr(ggml, name)
-        function.restype, function.argtypes = restype, argtypes
-    return ggml
+def ggml_registry():
+    """ggml's backend registry and device functions (typed, from the libraries exporting them)."""
+    return ggml_api()
 
 
 def rpc_available() -> bool:

@@ -59,13 +59,10 @@ class BuildId:
 
 def build_id() -> BuildId:
     """This installation's llama.cpp build, from ``ggml_version()``/``ggml_commit()``."""
-    from models.llama_lib import open_lib
+    from models.llama_lib import ggml_api
 
-    base = open_lib("libggml-base")
-    for name in ("ggml_version", "ggml_commit"):
-        getattr(base, name).restype = ctypes.c_char_p
-        getattr(base, name).argtypes = []
-    return BuildId(base.ggml_version().decode(), base.ggml_commit().decode(), PROTOCOL_VERSION)
+    ggml = ggml_api()
+    return BuildId(ggml.ggml_version().decode(), ggml.ggml_commit().decode(), PROTOCOL_VERSION)
 
 
 def _start_server_function():

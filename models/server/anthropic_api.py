@@ -28,7 +28,7 @@ from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD
 from models.server.core import Generation, GenerationStream, ServerCore, read_json_body
 from models.server.errors import ApiError
-from models.server.images import image_from_base64, joined
+from models.server.images import image_from_base64, image_from_url, joined
 from models.server.parameters import MAX_INT, Fields, build_options
 from models.server.request_log import STATUS_CLIENT_CLOSED
 from models.server.tool_calls import CallStream, Tool, ToolChoice, ToolPlan, tool_request
@@ -57,13 +57,14 @@ def _text_of(content: Any, where: str) -> str:
 
 
 def _image_block(block: dict, where: str) -> dict:
-    """An ``image`` block (``source`` of type ``base64``) as an image content part."""
+    """An ``image`` block (``source`` of type ``base64``, or ``url``) as an image content part."""
     source = block.get("source")
     kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "url":
+        return image_from_url(source.get("url"), f"{where}.source.url")
     if kind != "base64":
         raise ApiError(400, f"{where} has an image source of type {kind!r}; this server reads "
-                            "base64 images only (it does not download URLs).",
-                       param=f"{where}.source", code="unsupported_content")
+                            "base64 and url sources.", param=f"{where}.source", code="unsupported_content")
     return image_from_base64(source.get("data"), f"{where}.source.data")
 
 

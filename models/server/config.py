@@ -40,6 +40,9 @@ class ServerConfig:
         log_requests: Write one log line per request (``quantdesk serve`` prints it too).
         ollama_port: Also answer Ollama's API on this port (same host; 0 picks a free
             one); ``None``, the default, leaves it off.
+        image_urls: Download images that requests give as http(s) addresses (size- and
+            time-limited, :mod:`models.server.images`); off by default, so that a request
+            cannot make the server reach other machines.
     """
 
     host: str = DEFAULT_HOST
@@ -54,6 +57,7 @@ class ServerConfig:
     prompt_cache_ram_mb: Optional[int] = None
     log_requests: bool = True
     ollama_port: Optional[int] = None
+    image_urls: bool = False
 
 
 def is_loopback(host: str) -> bool:

@@ -49,6 +49,7 @@ from models.server.catalog import ServedModel, find_model, template_of
 from models.server.config import ServerConfig
 from models.server.engine_pool import EnginePool, PooledEngine
 from models.server.errors import ApiError, from_quantdesk_error, internal_error
+from models.server.images import download_images
 from models.server.request_log import STATUS_CLIENT_CLOSED, RequestLogEntry
 
 log = logging.getLogger(__name__)
@@ -521,7 +522,8 @@ class ServerCore:
                  split_reasoning: bool, log_fields: dict) -> tuple:
         """What :meth:`start` does before the reply, in one worker-thread hop (each hop
         is a thread wake-up, which a busy machine makes a request wait for): the model,
-        its engine (loaded if needed), the options for its slot and the reasoning split."""
+        its engine (loaded if needed), the options for its slot, the reasoning split, and the
+        messages with their web-address images downloaded (or refused)."""
         model = self.resolve(model_id)  # may rescan the library
         log_fields["model"] = model.id
         entry = self._engine_now(model)
@@ -530,6 +532,8 @@ class ServerCore:
                                 "(POST /v1/embeddings, or /api/embed on the Ollama port), not "
                                 "replies. Choose a chat model.", param="model",
                            code="embedding_model")
+        if messages is not None:  # web-address images: downloaded here, if the server may
+            messages = download_images(messages, self.config.image_urls)
         if messages is not None and has_images(messages) and not entry.reads_images:
             raise ApiError(400, f"{model.id} has no vision encoder loaded, so it cannot read "
                                 "images. Send text only, or choose a model whose mmproj file "
@@ -543,7 +547,7 @@ class ServerCore:
                 options = replace(options, thinking=False)  # the grammar leaves no room
             elif options.response_format == "text" and split_reasoning:
                 parts = ReasoningSplitter(self._opens_reasoning(model, messages, options.thinking))
-        return model, entry, options, parts
+        return model, entry, options, parts, messages
 
     def _gate(self, entry: PooledEngine) -> SlotGate:
         gate = self._gates.get(entry.path)
@@ -567,7 +571,7 @@ class ServerCore:
         if self.stopping:
             raise ApiError(503, "The server is stopping.", code="server_stopping")
         log_fields = log_fields if log_fields is not None else {}
-        model, entry, options, parts = await run_blocking(
+        model, entry, options, parts, messages = await run_blocking(
             self._prepare, model_id, options, messages, split_reasoning, log_fields)
         reply = self._reply(entry, options, messages, prompt)
         gate = self._gate(entry)

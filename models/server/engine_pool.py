@@ -116,7 +116,8 @@ def _fit(path: Path, settings: Any, slots: int):
         n_gpu_layers=settings.gpu_layers if vram else 0, n_batch=settings.batch_size,
         n_ubatch=settings.micro_batch_size, flash_attn=settings.flash_attention,
         cpu_moe_layers=settings.cpu_moe_layers, use_mmap=settings.use_mmap,
-        use_extra_bufts=extra_bufts_for(settings.use_extra_bufts)))
+        use_extra_bufts=extra_bufts_for(settings.use_extra_bufts),
+        projector_bytes=Path(settings.mmproj).stat().st_size if getattr(settings, "mmproj", None) else 0))
 
 
 def _is_embedding_model(path: Path) -> bool:
@@ -248,10 +249,10 @@ class EnginePool:
         settings = self.settings_for(path)
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
-        elif settings.mmproj is None:  # an image-text model reads images with its mmproj
-            from models.projector import with_projector
+        elif settings.mmproj is None or not Path(settings.mmproj).is_file():
+            from models.projector import with_projector  # an image-text model's encoder, beside it
 
-            settings = with_projector(path, settings)
+            settings = with_projector(path, settings)  # (a remembered one may have moved)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)
         settings = replace(settings, parallel=slots)
         client = self.client_factory()

@@ -2,18 +2,24 @@
 
 OpenAI's ``image_url`` (``{"url": "data:image/png;base64,..."}``), the Responses API's
 ``input_image`` (``image_url``), Anthropic's ``image`` block (``source`` of type
-``base64``) and Ollama's ``images`` (bare base64) all arrive here. Images travel inside the
-request as data: a URL to fetch (``http://``, ``https://``) is refused with a sentence, so
-that a request can never make the server reach other machines. A damaged or unsupported
-image is a 400 naming the field, never an engine error.
+``base64`` or ``url``) and Ollama's ``images`` (bare base64) all arrive here. Images
+travel inside the request as data. A web address (``http://``, ``https://``) becomes a
+part to download (:func:`download_images`, in the request's worker thread), which the
+server does only when it was started to (``ServerConfig.image_urls``), within
+:data:`DOWNLOAD_SECONDS` and :data:`~models.images.MAX_IMAGE_BYTES`, following redirects
+to http(s) only; otherwise it is a 400 that says so, and a request can never make the
+server reach other machines. A damaged or unsupported image is a 400 naming the field,
+never an engine error.
 """
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 from typing import Any
 
 from app.core.errors import QuantDeskError
-from models.images import image_from_data_uri
+from models.images import MAX_IMAGE_BYTES, check_image, image_from_data_uri
 from models.server.errors import ApiError
 
 
@@ -26,8 +32,7 @@ def image_from_url(url: Any, where: str) -> dict:
     if not isinstance(url, str) or not url:
         raise ApiError(400, f"{where} must be a data: URI of an image.", param=where, code="invalid_value")
     if url.lower().startswith(("http://", "https://")):
-        raise ApiError(400, f"{where} is a web address; this server does not download images.",
-                       param=where, code="unsupported_content")
+        return {"type": "image_url", "url": url, "where": where}  # downloaded later, if allowed
     try:
         return {"type": "image", "data": image_from_data_uri(url)}
     except QuantDeskError as exc:
@@ -42,6 +47,61 @@ def image_from_base64(data: Any, where: str) -> dict:
         return {"type": "image", "data": image_from_data_uri(data)}
     except QuantDeskError as exc:
         raise _invalid(exc, where) from None
+
+
+#: How long a download may take, connecting and reading (seconds).
+DOWNLOAD_SECONDS = 10.0
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http(s) addresses only (never ftp: or file:)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not newurl.lower().startswith(("http://", "https://")):
+            raise urllib.error.URLError(f"a redirect to {newurl.split(':', 1)[0]}: addresses")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _download(url: str, where: str) -> dict:
+    opener = urllib.request.build_opener(_HttpOnlyRedirects)
+    request = urllib.request.Request(url, headers={"User-Agent": "QuantDesk"})
+    try:
+        with opener.open(request, timeout=DOWNLOAD_SECONDS) as response:
+            data = response.read(MAX_IMAGE_BYTES + 1)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ApiError(400, f"{where}: the image at {url} could not be downloaded ({reason}).",
+                       param=where, code="invalid_image") from None
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ApiError(400, f"{where}: the image at {url} is larger than "
+                            f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB.", param=where, code="invalid_image")
+    try:
+        check_image(data)
+    except QuantDeskError as exc:
+        raise _invalid(exc, where) from None
+    return {"type": "image", "data": data}
+
+
+def download_images(messages: list, allowed: bool) -> list:
+    """``messages`` with every web-address image part downloaded (``allowed``) or refused."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(p.get("type") == "image_url" for p in content):
+            parts = []
+            for part in content:
+                if part.get("type") != "image_url":
+                    parts.append(part)
+                elif not allowed:
+                    raise ApiError(400, f"{part['where']} is a web address; this server downloads "
+                                        "images only when started with --allow-image-urls. Send the "
+                                        "image itself (a data: URI).", param=part["where"],
+                                   code="unsupported_content")
+                else:
+                    parts.append(_download(part["url"], part["where"]))
+            message = {**message, "content": parts}
+        out.append(message)
+    return out
 
 
 def joined(parts: list[dict]) -> Any:

@@ -88,17 +88,15 @@ def _options(body: Fields) -> dict:
     return values
 
 
-def _content(message: dict, index: int) -> Any:
-    """A message's text and its ``images`` (base64), the images first, as Ollama puts a
-    message's images before its text."""
-    text = str(message.get("content") or "")
-    images = message.get("images") or []
+def _content(text: Any, images: Any, where: str) -> Any:
+    """A message's (or /api/generate's) text and its ``images`` (base64; ``where`` names
+    the field), the images first, as Ollama puts a message's images before its text."""
+    text = str(text or "")
     if not images:
         return text
     if not isinstance(images, list):
-        raise ApiError(400, f"Message {index + 1}'s images must be a list of base64 strings.",
-                       param=f"messages[{index}].images", code="invalid_value")
-    parts = [image_from_base64(data, f"messages[{index}].images[{n}]") for n, data in enumerate(images)]
+        raise ApiError(400, f"{where} must be a list of base64 strings.", param=where, code="invalid_value")
+    parts = [image_from_base64(data, f"{where}[{n}]") for n, data in enumerate(images)]
     return joined(parts + [{"type": "text", "text": text}])
 
 
@@ -113,7 +111,8 @@ def _messages(value: Any) -> list[dict]:
             raise ApiError(400, f"Message {index + 1} has the role {role!r}; use system, "
                                 "user, assistant or tool.", param=f"messages[{index}].role",
                            code="invalid_value")
-        clean = {"role": role, "content": _content(message, index)}
+        clean = {"role": role, "content": _content(message.get("content"), message.get("images"),
+                                                   f"messages[{index}].images")}
         calls = message.get("tool_calls") or []
         if role == "assistant" and calls:
             clean["tool_calls"] = [(f"call_{index}_{n}", c["function"]["name"],
@@ -255,11 +254,14 @@ def routes(core: ServerCore) -> list[Route]:
                 raise ApiError(400, "The field `prompt` must be a non-empty string.",
                                param="prompt", code="invalid_value")
             if body.boolean("raw", False):
+                if body.get("images"):
+                    raise ApiError(400, "A raw prompt cannot carry images: the model's template places "
+                                        "them. Leave out `raw`.", param="images", code="unsupported_content")
                 messages, prompt = None, text
             else:
                 system = body.string("system")
                 messages = ([{"role": "system", "content": system}] if system else []) + \
-                    [{"role": "user", "content": text}]
+                    [{"role": "user", "content": _content(text, body.get("images"), "images")}]
                 prompt = None
         gen = await core.start(request, model_id, options_for_slot(values), messages=messages,
                                prompt=prompt, log_fields=log_fields)

@@ -4,14 +4,16 @@
 ;   /DVERSION=0.1.0  /DBUNDLE=<dist\QuantDesk>  /DOUTFILE=<dist\QuantDesk-...-setup.exe>
 ;   /DBACKEND=cpu|cuda
 ; and /DSTANDIN=1 when it compiles against the Linux bundle on a Linux machine only to
-; check this script (no compression, no vcomp140.dll check).
+; check this script (no compression, no OpenMP runtime check). makensis is run with
+; -XTarget amd64-unicode: the 64-bit stub.
 ;
 ; Per-user install (no administrator rights, like VS Code's user installer): the program
 ; in %LOCALAPPDATA%\Programs\QuantDesk, a Start menu entry, ".gguf opens with QuantDesk"
 ; in HKCU\Software\Classes, an entry in Settings > Apps with an uninstaller.
-; The OpenMP runtime (vcomp140.dll) that llama.cpp's CPU backend links must be in the
-; bundle: pack_windows.py copies it from the MSVC redistributable next to ggml-cpu.dll,
-; and this script refuses to build without it.
+; The OpenMP runtime that llama.cpp's CPU backend links must be in the bundle next to
+; ggml-cpu.dll: libgomp-1.dll (with the mingw runtime) in a build cross-compiled with
+; mingw-w64, vcomp140.dll (copied by pack_windows.py) in an MSVC build; this script refuses
+; to build without one of them.
 
 Unicode true
 !include "MUI2.nsh"
@@ -38,7 +40,9 @@ Unicode true
 !else
   SetCompressor /SOLID lzma
   !if ! /FileExists "${BUNDLE}\_internal\llama_cpp\lib\vcomp140.dll"
-    !error "vcomp140.dll (OpenMP runtime for llama.cpp) is missing from the bundle"
+    !if ! /FileExists "${BUNDLE}\_internal\llama_cpp\lib\libgomp-1.dll"
+      !error "The OpenMP runtime for llama.cpp (vcomp140.dll or libgomp-1.dll) is missing from the bundle"
+    !endif
   !endif
 !endif
 

@@ -151,6 +151,24 @@ def convert_with_projector(
         return text, projector
 
 
+def write_projector(source, text_target: Path, outtype: str = "f16",
+                    report: Optional[ProgressCallback] = None,
+                    cancel: Optional[CancelToken] = None) -> Optional[Path]:
+    """The vision encoder of an open HF ``source`` as ``mmproj-<folder>-<OUTTYPE>.gguf``
+    beside ``text_target``; ``None`` for a checkpoint without one (the quantize job writes
+    it beside its quantized text models: llama.cpp runs a quantized model with an F16
+    encoder)."""
+    from quantize.convert.mmproj import mmproj_source
+
+    vision = mmproj_source(source)
+    if vision is None:
+        return None
+    qtype, file_type = OUTTYPES[outtype]
+    target = Path(text_target).with_name(f"mmproj-{source.folder.path.name}-{outtype.upper()}.gguf")
+    return _write_converted(target, vision, file_type, lambda t: vision.output_type(t, qtype), report,
+                            cancel, "Converting the vision encoder")
+
+
 def _write_converted(target: Path, source, file_type: LlamaFileType, plan, report, cancel, stage: str) -> Path:
     """Write ``source``'s tensors to ``target``, each as ``plan(tensor)`` says."""
     metadata = source.metadata()

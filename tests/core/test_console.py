@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from app.core.console import ConsoleProgress, run_job
+from app.core.console import ConsoleProgress, run_job, utf8_streams
 from app.core.errors import Cancelled
 from app.core.jobs import Progress
 
@@ -40,3 +40,31 @@ def test_first_ctrl_c_cancels_the_job_through_its_token():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, launched_with)
+
+
+def _cp1252_stream() -> io.TextIOWrapper:
+    """A pipe as Windows' Python opens one: the ANSI code page, strict errors."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="cp1252", errors="strict")
+
+
+def test_utf8_streams_lets_a_windows_pipe_carry_cjk_text_and_emoji(monkeypatch):
+    reply = "東京は日本の首都です 🗼 — naïve"
+    stdout, stderr, stdin = _cp1252_stream(), _cp1252_stream(), _cp1252_stream()
+    with pytest.raises(UnicodeEncodeError):
+        _cp1252_stream().write(reply)  # what `quantdesk chat ... > file` met on Windows
+    monkeypatch.setattr("sys.stdout", stdout)
+    monkeypatch.setattr("sys.stderr", stderr)
+    monkeypatch.setattr("sys.stdin", stdin)
+    utf8_streams(platform="win32")
+    for stream in (stdout, stderr):
+        stream.write(reply)
+        stream.flush()
+        assert stream.buffer.getvalue().decode("utf-8") == reply
+    assert stdin.encoding == "utf-8"
+
+
+def test_utf8_streams_leaves_other_systems_alone(monkeypatch):
+    stdout = _cp1252_stream()
+    monkeypatch.setattr("sys.stdout", stdout)
+    utf8_streams(platform="linux")
+    assert stdout.encoding == "cp1252"

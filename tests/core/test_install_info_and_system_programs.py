@@ -52,6 +52,17 @@ def test_an_unpacked_bundle_and_a_cpu_without_avx2(fake_bundle):
     assert ii.missing_cpu_flags(set(), info) == []  # unknown flags: no false alarm
 
 
+def test_on_windows_only_the_features_it_reports_can_be_missing(fake_bundle):
+    from models.hardware import readable_cpu_flags
+
+    info = ii.install_info()
+    windows = readable_cpu_flags("win32")
+    assert {"avx", "avx2"} <= windows and "fma" not in windows  # no PF_ number for FMA
+    # A CPU with AVX but not AVX2: AVX2 is missing; FMA is unknown, not missing.
+    assert ii.missing_cpu_flags({"sse3", "avx"}, info, windows) == ["avx2"]
+    assert ii.missing_cpu_flags({"sse3", "avx", "avx2"}, info, windows) == []
+
+
 def test_doctor_reports_the_installation():
     from app.core import doctor
 

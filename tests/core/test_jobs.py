@@ -1,5 +1,6 @@
 """Progress, cancellation and all-or-nothing output: the contract every long job follows."""
 
+import os
 import threading
 
 import pytest
@@ -73,3 +74,44 @@ def test_a_stage_clock_starts_each_stage_where_the_last_one_reported():
     assert clock.stage_start("Quantizing") == 100.0  # first report at 110 s: began when Preparing ended
     assert clock.stage_start("Quantizing") == 100.0
     assert StageClock(started=5.0, clock=lambda: 9.0).stage_start("Reading") == 5.0
+
+
+def _busy_replace(times: int):
+    """os.replace as Windows answers while another process has the target open."""
+    real = os.replace
+    calls = {"n": 0}
+
+    def replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] <= times:
+            raise PermissionError(13, "The process cannot access the file because it is being "
+                                      "used by another process", str(dst))
+        return real(src, dst)
+
+    return replace, calls
+
+
+def test_atomic_output_waits_out_a_short_lock_on_the_target(tmp_path, monkeypatch):
+    target = tmp_path / "model.gguf"
+    target.write_bytes(b"old")
+    replace, calls = _busy_replace(times=3)  # a virus scanner's moment, say
+    monkeypatch.setattr("app.core.jobs.os.replace", replace)
+    with atomic_output(target) as tmp:
+        tmp.write_bytes(b"new")
+    assert target.read_bytes() == b"new" and calls["n"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]
+
+
+def test_a_target_held_open_is_a_sentence_and_the_finished_file_is_kept(tmp_path, monkeypatch):
+    target = tmp_path / "model.gguf"
+    target.write_bytes(b"old")
+    replace, _ = _busy_replace(times=10**9)
+    monkeypatch.setattr("app.core.jobs.os.replace", replace)
+    monkeypatch.setattr("app.core.jobs.REPLACE_PATIENCE_S", 0.3)
+    with pytest.raises(QuantDeskError) as caught:
+        with atomic_output(target) as tmp:
+            tmp.write_bytes(b"an hour of quantizing")
+    assert "another program has it open" in caught.value.user_message
+    assert tmp.name in caught.value.user_message
+    assert tmp.read_bytes() == b"an hour of quantizing"  # not thrown away
+    assert target.read_bytes() == b"old"

@@ -162,6 +162,8 @@ def test_bad_images_are_sentences_and_the_engine_goes_on(engine):
         with pytest.raises(QuantDeskError) as caught:
             engine.chat([_message("What is", data)], GREEDY).wait()
         assert caught.value.what.endswith("."), name
+    with pytest.raises(QuantDeskError, match=r"its 20 images take 320\), more than the 256-token context"):
+        engine.chat([_message(*([good] * 20), "All of them?")], GREEDY).wait()
     assert engine.chat([_message("What is", good)], GREEDY).wait().stats.images_encoded in (0, 1)
 
 

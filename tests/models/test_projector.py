@@ -28,3 +28,16 @@ def test_the_matching_encoder_beside_or_above_the_model_f16_first(tmp_path):
     assert projector_candidates(other) and find_projector(other) is None
     plain = write_tiny_checkpoint(tmp_path / "plain", arch="llama")
     assert find_projector(convert(plain.path, tmp_path / "alone" / "m.gguf", "f16")) is None
+
+
+def test_the_encoder_counts_in_the_memory_prediction(tmp_path):
+    from models.memory_fit import FitSettings, predict_memory
+
+    ck = write_tiny_vision_checkpoint(tmp_path / "gemma3")
+    text, projector = convert_with_projector(ck.path, tmp_path / "gemma3.gguf", "f16")
+    size = projector.stat().st_size
+    alone = predict_memory(text, FitSettings(n_ctx=256))
+    with_it = predict_memory(text, FitSettings(n_ctx=256, projector_bytes=size))
+    assert with_it.ram == alone.ram + size
+    offloaded = predict_memory(text, FitSettings(n_ctx=256, n_gpu_layers=-1, projector_bytes=size))
+    assert offloaded.vram == predict_memory(text, FitSettings(n_ctx=256, n_gpu_layers=-1)).vram + size

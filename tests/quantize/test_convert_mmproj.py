@@ -140,3 +140,15 @@ def test_cli_prints_both_files(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(ck.path / "gemma3-BF16.gguf"), str(ck.path / "mmproj-gemma3-BF16.gguf")]
     assert "Converting the vision encoder" in done.stderr
+
+
+def test_quantizing_an_image_text_folder_writes_its_encoder_beside(tmp_path):
+    from quantize.ftypes import parse_file_type
+    from quantize.job import QuantizeTarget, quantize_model
+
+    ck = write_tiny_vision_checkpoint(tmp_path / "gemma3", dtype="bfloat16")
+    result = quantize_model(ck.path, [QuantizeTarget(parse_file_type("Q8_0"), tmp_path / "out" / "gemma3-Q8_0.gguf")])
+    text, projector = result.outputs
+    assert projector == tmp_path / "out" / "mmproj-gemma3-F16.gguf"
+    reference = reference_convert(ck.path, tmp_path / "reference.gguf", "f16", mmproj=True)
+    assert gguf_differences(projector, reference) == []

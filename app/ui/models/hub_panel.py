@@ -66,16 +66,23 @@ def details_choices(details, load_settings: Optional[dict] = None, judge=None) -
     from app.core.errors import QuantDeskError
     from models.memory_fit import fit_of_file_size
 
+    from models.hub.details import projector_for
+
     settings = fit_settings_from(load_settings)
     rows = []
     for v in details.variants:
+        projector = projector_for(details, v)  # downloaded and loaded with it: it counts
+        size = v.size + (projector.size if projector is not None else 0)
         try:
-            verdict = fit_of_file_size(v.size, settings, judge)
+            verdict = fit_of_file_size(size, settings, judge)
             fit, reason = verdict.verdict, verdict.reason
         except QuantDeskError as exc:
             fit, reason = None, exc.user_message
+        if projector is not None:
+            reason += f"; with its vision encoder {projector.path.rsplit('/', 1)[-1]} ({size_text(projector.size)})"
         label = v.quant if v.complete else f"{v.quant} (incomplete: {len(v.files)} of {v.expected_shards} parts)"
-        rows.append(Choice(label, v.size, len(v.files), "gguf", fit, reason))
+        rows.append(Choice(label + (" + vision" if projector is not None else ""), size,
+                           len(v.files) + (projector is not None), "gguf", fit, reason))
     if details.checkpoint is not None:
         arch = ", ".join(details.checkpoint.architectures) or "unknown architecture"
         rows.append(Choice("safetensors", details.checkpoint.size, len(details.checkpoint.files), "safetensors",

@@ -55,6 +55,7 @@ class LoadSettingsForm(QWidget):
     def __init__(self, parent=None, defaults: bool = False) -> None:
         super().__init__(parent)
         self.defaults = defaults
+        self._projector: Optional[str] = None  # the model's vision encoder, counted in the verdict
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
         # Each slider has its value in words on its right, in a column of one width for
@@ -182,6 +183,7 @@ class LoadSettingsForm(QWidget):
         """Show ``settings``: in full at once, whatever the ranges the model's header
         (which may come later) will set."""
         self._wanted_layers = settings.gpu_layers
+        self._projector = settings.mmproj  # not shown, but its bytes count in the verdict
         self._wanted_context = settings.context_length or 0
         self._wanted_cpu_moe = settings.cpu_moe_layers
         self._show_gpu_layers()
@@ -449,7 +451,8 @@ class LoadSettingsForm(QWidget):
                 n_ctx=s.context_length or self._trained or DEFAULT_CONTEXT, kv_type=s.kv_cache_type_k,
                 n_gpu_layers=gpu, n_batch=s.batch_size, n_ubatch=s.micro_batch_size,
                 flash_attn=s.flash_attention, cpu_moe_layers=s.cpu_moe_layers if self._is_moe() else 0,
-                use_mmap=s.use_mmap, use_extra_bufts=s.use_extra_bufts and not self._safe_kernels))
+                use_mmap=s.use_mmap, use_extra_bufts=s.use_extra_bufts and not self._safe_kernels,
+                projector_bytes=_file_size(self._projector)))
         except Exception as exc:  # a header memory_fit cannot read: say so, keep going
             self.verdict.setText(f"Memory use cannot be predicted for this model ({exc}).")
             return
@@ -463,3 +466,11 @@ class LoadSettingsForm(QWidget):
                              f"RAM {human_size(prediction.ram)}{vram} — {verdict.reason}.{params}"
                              f"{remote_note}")
         self.verdict.setProperty("verdict", verdict.verdict)
+
+
+def _file_size(path) -> int:
+    """The vision encoder's bytes (0 without one, or when it cannot be read)."""
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0

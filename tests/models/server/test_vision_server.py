@@ -69,9 +69,11 @@ def test_the_same_image_in_every_dialect_gives_the_same_greedy_reply(server):
     ol = ollama.Client(host=f"http://127.0.0.1:{server.ollama_port}", timeout=600)
     reply = ol.chat(model="gemma3", options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0},
                     messages=[{"role": "user", "content": QUESTION, "images": [PICTURE]}])
+    generated = ol.generate(model="gemma3", prompt=QUESTION, images=[B64],
+                            options={"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0})
     texts = [chat.choices[0].message.content, responses.output_text, message.content[0].text,
-             reply.message.content]
-    assert texts[0] and texts == [texts[0]] * 4
+             reply.message.content, generated.response]
+    assert texts[0] and texts == [texts[0]] * 5
 
 
 def test_models_list_their_input_modalities(server):
@@ -97,7 +99,7 @@ def test_an_image_to_a_model_without_vision_is_a_400_that_says_so(server):
 @pytest.mark.parametrize("url, words, field", [
     ("data:image/png;base64," + base64.b64encode(PICTURE[:20]).decode(), "truncated", True),
     ("data:image/png;base64,%%%", "base64", True),
-    ("https://example.com/cat.png", "does not download", True),
+    ("https://example.com/cat.png", "downloads images only when started with --allow-image-urls", True),
     ("data:image/webp;base64," + base64.b64encode(b"RIFF\x10\x00\x00\x00WEBPVP8 " + bytes(32)).decode(), "WebP",
      True),
     # The header is whole, the picture is not: only decoding finds out (in the engine).
@@ -147,3 +149,78 @@ def test_serve_model_with_mmproj_reads_images(models):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+
+def test_image_urls_are_downloaded_only_when_allowed_and_within_limits(server_home, models, monkeypatch):
+    """``--allow-image-urls``: an http(s) picture is fetched (and answers as its data would),
+    within the size limit, following redirects to http(s) only."""
+    import http.server
+    import threading
+
+    from models.engine import LoadSettings
+    from models.server.config import ServerConfig
+    from models.server.controller import ServerController
+    from models.server.engine_pool import EnginePool
+
+    class Pictures(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path == "/cat.png":
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.end_headers()
+                self.wfile.write(PICTURE)
+            elif self.path == "/to-file":
+                self.send_response(302)
+                self.send_header("Location", "file:///etc/passwd")
+                self.end_headers()
+            else:
+                self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pictures)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{web.server_address[1]}"
+    pool = EnginePool(settings_for=lambda path: LoadSettings(threads=TEST_THREADS, batch_threads=TEST_THREADS,
+                                                            context_length=256))
+    controller = ServerController(ServerConfig(port=0, image_urls=True), engines=pool,
+                                  library=library_of(server_home, *models))
+    controller.start()
+
+    def ask(url):
+        return httpx.post(f"{controller.address}/v1/chat/completions", timeout=300, json={
+            "model": "gemma3", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": QUESTION}]}]})
+
+    try:
+        by_url, by_data = ask(f"{base}/cat.png"), ask(DATA_URI)
+        assert by_url.status_code == 200, by_url.text
+        assert by_url.json()["choices"][0]["message"]["content"] == \
+            by_data.json()["choices"][0]["message"]["content"]
+        missing = ask(f"{base}/nothing.png")
+        assert missing.status_code == 400 and "could not be downloaded" in missing.json()["error"]["message"]
+        redirected = ask(f"{base}/to-file")
+        assert redirected.status_code == 400 and "could not be downloaded" in redirected.json()["error"]["message"]
+        monkeypatch.setattr("models.server.images.MAX_IMAGE_BYTES", 100)
+        big = ask(f"{base}/cat.png")
+        assert big.status_code == 400 and "larger than" in big.json()["error"]["message"]
+    finally:
+        controller.stop()
+        pool.close()
+        web.shutdown()
+
+
+def test_a_remembered_encoder_that_moved_is_found_again_beside_the_model(models):
+    from models.engine import LoadSettings
+    from models.server.engine_pool import EnginePool
+
+    text, _ = models
+    pool = EnginePool(settings_for=lambda path: LoadSettings(
+        threads=TEST_THREADS, batch_threads=TEST_THREADS, context_length=256,
+        mmproj=str(text.parent / "moved-away" / "mmproj-gemma3.gguf")))
+    try:
+        assert pool.get(text).reads_images
+    finally:
+        pool.close()

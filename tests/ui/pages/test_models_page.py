@@ -293,3 +293,26 @@ def test_a_mixture_of_experts_shows_total_and_active_parameters(qtbot, window, h
     assert _search(qtbot, hub_panel, "moe-30b") == 1
     _details(qtbot, hub_panel, "qwen/moe-30b")
     assert "30.5B total, 3.3B active parameters" in hub_panel.details_title.text()
+
+
+def test_a_variant_row_counts_its_vision_encoder():
+    """The Models page's row of a variant that downloads with an mmproj: its size and fit
+    count the encoder, and the reason names it."""
+    from app.ui.models.hub_panel import details_choices
+    from models.hub.details import HubFileInfo, ModelDetails, group_variants
+    from models.memory_fit import FitVerdict
+
+    files = [HubFileInfo(p, size, None, "0") for p, size in (
+        ("eyes-Q4_K_M.gguf", 3_000_000), ("mmproj-eyes-F16.gguf", 800_000), ("plain-Q8_0.gguf", 5_000_000))]
+    variants, extras = group_variants(files)
+    details = ModelDetails("optic/eyes-GGUF", "abc", False, files, variants, None, extras)
+    seen = []
+
+    def judge(prediction):
+        seen.append(prediction.ram + prediction.vram)
+        return FitVerdict("fits", prediction, 1 << 34, None, "fits in RAM")
+
+    rows = {c.label: c for c in details_choices(details, judge=judge)}
+    assert rows["Q4_K_M + vision"].size == 3_800_000 and rows["Q4_K_M + vision"].files == 2
+    assert "mmproj-eyes-F16.gguf" in rows["Q4_K_M + vision"].reason
+    assert 3_800_000 in seen
