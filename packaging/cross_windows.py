@@ -251,9 +251,9 @@ class WinePython:
         return "".join(lines)
 
     def pip(self, *args) -> None:
-        self.run(["-m", "pip", "--disable-pip-version-check", *args,
-                  "--no-warn-script-location"] if args[0] == "install" else
-                 ["-m", "pip", "--disable-pip-version-check", *args])
+        """Windows' pip (scripts land in the embeddable Python's Scripts, never on PATH)."""
+        extra = ["--no-warn-script-location"] if args[0] == "install" else []
+        self.run(["-m", "pip", "--disable-pip-version-check", *args, *extra])
 
 
 def windows_python(build: Path) -> WinePython:

@@ -327,7 +327,6 @@ class WindowsSmoke:
                     raise SmokeFailure("QuantDesk.exe died while answering.")
                 self.note(f"window: question typed and sent; the reply, as the app stored it: "
                           f"{reply[:80]!r}; screenshot {shot}")
-                self.first_window = first_window
             finally:
                 app.terminate()
                 self.stop_all()
