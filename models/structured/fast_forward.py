@@ -264,7 +264,7 @@ class ConstrainedSteps:
             self._end("complete")
         elif stats.tokens >= self.max_tokens:
             self._end("max_tokens")
-        elif ending := self._end_after_forced():
+        elif self.fast_forward and (ending := self._end_after_forced()):
             self._sampler.accept(ending)
             self.pending += ending
             stats.forced_tokens += len(ending)
