@@ -10,7 +10,7 @@ the process when called. This module makes a prefix where they work:
   ``<name>.exports``) implements those functions and forwards every other export to a
   renamed copy of Wine's own DLL (``wine_<name>.dll``), so the process sees one module with
   everything; ``WINEDLLOVERRIDES`` makes Wine load the native one first. A DLL Wine lacks
-  altogether (``icuuc``) is a whole stand-in.
+  altogether (``icuuc``, ``bcryptprimitives``) is a whole stand-in.
 * The prefix says Windows 10 (a new one says Windows 7), as Qt 6 requires.
 * Prefixes live outside the checkout (:func:`prefix_path`): a prefix's drive Z: is a
   symbolic link to ``/``, and tools that walk a project folder following links
@@ -123,7 +123,7 @@ def build_standin(name: str, cache: Path) -> Path:
     definition.write_text("\n".join(lines) + "\n")
     subprocess.run([MINGW_CC, "-O2", "-shared", "-fno-builtin", "-o", str(out), str(source),
                     str(definition), "-Wl,--enable-stdcall-fixup", "-static-libgcc",
-                    "-loleaut32", "-lole32"],
+                    "-loleaut32", "-lole32", "-lbcrypt"],
                    check=True)
     return out
 

@@ -15,6 +15,7 @@ whole vocabulary (about 2 s for 49k tokens).
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import threading
 import weakref
@@ -30,9 +31,23 @@ GRAMMAR_FIX = ("Check the grammar's syntax (GBNF: rules 'name ::= ...' with a 'r
                "describes it.")
 
 
+def llguidance(module: str = "llguidance") -> Any:
+    """llguidance (or one of its modules), imported on first use.
+
+    Raises:
+        QuantDeskError: its native library cannot be loaded (a damaged install, or a system
+            without what the library needs, such as Windows before 10).
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise QuantDeskError(f"The structured-output engine (llguidance) could not be loaded: {exc}.",
+                             "Reinstall QuantDesk; on Windows it needs Windows 10 or later.") from None
+
+
 def json_schema_grammar(schema: Any) -> str:
     """The llguidance grammar of JSON values matching ``schema`` (compact JSON)."""
-    from llguidance import LLMatcher
+    LLMatcher = llguidance().LLMatcher
 
     return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
 
@@ -46,14 +61,14 @@ def lark_json(schema: Any) -> str:
 
 def lark_grammar(lark: str) -> str:
     """The llguidance grammar of a Lark text."""
-    from llguidance import LLMatcher
+    LLMatcher = llguidance().LLMatcher
 
     return LLMatcher.grammar_from_lark(lark)
 
 
 def grammar_error(grammar: str) -> Optional[str]:
     """llguidance's reason for refusing ``grammar``, or ``None`` when it compiles."""
-    from llguidance import LLMatcher
+    LLMatcher = llguidance().LLMatcher
 
     return LLMatcher.validate_grammar(grammar) or None
 
@@ -66,7 +81,7 @@ def gbnf_grammar(text: str) -> str:
         QuantDeskError: the grammar does not parse or does not compile (a sentence with
             llguidance's own words: the line and what it expected).
     """
-    from llguidance.gbnf_to_lark import gbnf_to_lark
+    gbnf_to_lark = llguidance("llguidance.gbnf_to_lark").gbnf_to_lark
 
     if text.lstrip().startswith(LARK_HEADER):
         lark = text
@@ -96,7 +111,7 @@ def tokenizer_for(llm) -> Any:
     counts as the end of the reply, as llama.cpp's ``llama_vocab_is_eog`` says.
     """
     import llama_cpp
-    from llguidance.llamacpp import lltokenizer_from_vocab
+    lltokenizer_from_vocab = llguidance("llguidance.llamacpp").lltokenizer_from_vocab
 
     with _tokenizers_lock:
         tokenizer = _tokenizers.get(llm)
@@ -114,7 +129,7 @@ def matcher_for(llm, grammar: str) -> Any:
     Raises:
         RuntimeError: llguidance refused a grammar that was checked before (a bug).
     """
-    from llguidance import LLMatcher
+    LLMatcher = llguidance().LLMatcher
 
     matcher = LLMatcher(tokenizer_for(llm), grammar, log_level=0)
     if matcher.is_error():
@@ -136,7 +151,7 @@ class _ByteTokens:
 
 @functools.lru_cache(maxsize=1)
 def _byte_tokenizer() -> Any:
-    from llguidance import LLTokenizer, TokenizerWrapper
+    LLTokenizer, TokenizerWrapper = llguidance().LLTokenizer, llguidance().TokenizerWrapper
 
     return LLTokenizer(TokenizerWrapper(_ByteTokens()))
 
@@ -144,7 +159,7 @@ def _byte_tokenizer() -> Any:
 def grammar_accepts(grammar: str, text: str) -> bool:
     """Whether ``text`` is a complete sentence of ``grammar`` (no model needed: the grammar
     is run over the text's bytes)."""
-    from llguidance import LLMatcher
+    LLMatcher = llguidance().LLMatcher
 
     matcher = LLMatcher(_byte_tokenizer(), grammar, log_level=0)
     return matcher.consume_tokens(list(text.encode("utf-8"))) and matcher.is_accepting()

@@ -176,3 +176,19 @@ def test_number_bounds_are_sound(lo, hi):
             accepted += 1
             assert inside, text
     assert accepted > 5
+
+
+def test_an_engine_library_that_cannot_load_is_a_sentence_not_a_traceback(monkeypatch):
+    import importlib
+
+    from models.structured import guidance
+
+    def broken(name):
+        raise ImportError("DLL load failed while importing _lib: Module not found.")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(QuantDeskError, match=r"structured-output engine \(llguidance\) could "
+                                             r"not be loaded: DLL load failed"):
+        constraint_for_gbnf('root ::= "yes"')
+    monkeypatch.undo()
+    assert guidance.gbnf_grammar('root ::= "yes"').startswith("%llguidance")

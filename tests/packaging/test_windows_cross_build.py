@@ -117,13 +117,19 @@ def test_a_standin_implements_its_functions_and_forwards_the_rest_to_wine(tmp_pa
     assert others and all(forwarded(export) for export in others)
 
 
-def test_icuuc_is_a_whole_standin_with_the_functions_qt_imports(tmp_path):
-    if shutil.which(wine_prefix.MINGW_CC) is None:
+@pytest.mark.parametrize("name, needed", [
+    ("icuuc", {"ucnv_open", "ucnv_countAvailable", "ucnv_toUnicode", "ucnv_fromUnicode"}),  # QtCore
+    ("bcryptprimitives", {"ProcessPrng"}),  # Rust's std: llguidance, hf_xet
+])
+def test_a_dll_wine_lacks_is_a_whole_standin_with_the_functions_imported(tmp_path, name, needed):
+    if shutil.which(wine_prefix.MINGW_CC) is None or shutil.which(wine_prefix.OBJDUMP) is None:
         pytest.skip("mingw-w64 is not installed")
     try:
-        assert wine_prefix.wine_counterpart("icuuc") is None  # Wine 8 has no ICU
+        assert wine_prefix.wine_counterpart(name) is None  # Wine 8 has no such DLL
     except wine_prefix.WineSetupError:
         pytest.skip("Wine is not installed")
-    dll = wine_prefix.build_standin("icuuc", tmp_path)
-    assert {"ucnv_open", "ucnv_countAvailable", "ucnv_toUnicode", "ucnv_fromUnicode"} <= \
-        set(wine_prefix.exported_names(dll))
+    dll = wine_prefix.build_standin(name, tmp_path)
+    assert needed <= set(wine_prefix.exported_names(dll))
+    table = subprocess.run([wine_prefix.OBJDUMP, "-p", str(dll)], capture_output=True,
+                           text=True, check=True).stdout
+    assert f"wine_{name}" not in table  # nothing forwarded: there is no Wine DLL behind it
