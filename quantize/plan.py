@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGUFValueType
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
 from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size, planned_header

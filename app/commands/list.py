@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 def _print_unfinished(models_dir) -> None:

@@ -190,7 +190,7 @@ class JsonModeForm(QWidget):
             QuantDeskError: The schema is not JSON, is malformed, or (Strict) uses
                 keywords the grammar cannot enforce (each listed) — before anything is sent.
         """
-        from app.core.errors import QuantDeskError
+        from models.foundation.errors import QuantDeskError
 
         if not self.enabled.isChecked():
             return dict(response_format="text")
@@ -210,7 +210,7 @@ class JsonModeForm(QWidget):
 
     def check(self) -> bool:
         """Show the schema's verdict under it; True when it can be sent."""
-        from app.core.errors import QuantDeskError
+        from models.foundation.errors import QuantDeskError
         from models.structured.schema_policy import schema_verdict
 
         text = self.schema.toPlainText().strip()
