@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 #: ``GGML_QNT_VERSION`` of ggml.h, written as ``general.quantization_version``.
 QUANTIZATION_VERSION = 2

@@ -29,8 +29,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
 from quantize import kernel_loader
 from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
@@ -371,7 +371,7 @@ def quantize_model(
         input: An F32/F16/BF16 GGUF path, a Hugging Face folder, or any TensorSource.
         targets: File type and output path for each file to write.
         options: Overrides, importance matrix and thread count.
-        report: Receives :class:`~app.core.jobs.Progress` after each tensor (stage
+        report: Receives :class:`~models.foundation.jobs.Progress` after each tensor (stage
             "Quantizing", the tensor name and its types as detail).
         cancel: Checked between tensors and between row chunks.
 
@@ -381,7 +381,7 @@ def quantize_model(
 
     Raises:
         QuantDeskError: bad input, bad importance matrix, or a type that needs one;
-            :class:`~app.core.errors.Cancelled` when cancelled. Nothing is left on disk.
+            :class:`~models.foundation.errors.Cancelled` when cancelled. Nothing is left on disk.
     """
     kernel_loader.start([t.file_type.name for t in targets], imatrix=bool(options.imatrix))
     source = open_source(input) if isinstance(input, (str, Path)) else input

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGUFValueType
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
 from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size, planned_header
@@ -144,6 +144,10 @@ def model_hparams(arch: str, metadata: Sequence[MetadataEntry], description: str
     Raises:
         QuantDeskError: ``{arch}.block_count`` is missing.
     """
+    if arch == "clip":
+        # A vision/audio encoder (mmproj): llama.cpp loads no hyper-parameters for it
+        # (llama_model::load_hparams returns before them), so its counts are all 0.
+        return ModelHParams(arch=arch, n_layer_all=0)
     entries = {e.key: e for e in metadata}
     n_layer = _value(entries, f"{arch}.block_count")
     if n_layer is None:

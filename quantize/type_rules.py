@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 from quantize.ggml_types import GGML_QUANT_SIZES
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.ftypes import FileType, is_quantized_type
 
 

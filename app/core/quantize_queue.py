@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, JobResult, ProgressCallback, eta_seconds
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, JobResult, ProgressCallback, eta_seconds
 
 #: The target types the page lists, in its order (largest first), named as llama-quantize names them:
 #: each i-quant beside the k-quants of about its size (bits per weight on a Llama-3-8B in brackets).
@@ -349,7 +349,7 @@ class QuantizeQueue:
 
 def eta_text(started: float, fraction: Optional[float], now: Optional[float] = None) -> str:
     """``"ETA 1:05"`` from the time a job (or its stage) started and its fraction done;
-    ``"ETA --:--"`` while too little is done to tell (:func:`app.core.jobs.eta_seconds`)."""
+    ``"ETA --:--"`` while too little is done to tell (:func:`models.foundation.jobs.eta_seconds`)."""
     left = eta_seconds(started, fraction, now)
     if left is None:
         return "ETA --:--"

@@ -54,7 +54,7 @@ def cache_dir() -> Path:
     chosen = os.environ.get("NUMBA_CACHE_DIR", "").strip()
     if chosen:
         return Path(chosen)
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     return app_paths().cache / "numba"
 

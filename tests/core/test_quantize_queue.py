@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from app.core.quantize_queue import (
     DEFAULT_PATTERN, TYPE_ORDER, QuantizeQueue, QuantizeRequest, eta_text, inspect_input, offered_types, output_path,
     run_quantize,

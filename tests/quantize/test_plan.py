@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T, GGUFValueType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.llama_lib import open_lib
 from quantize.ftypes import FILE_TYPES, PLANNED_FILE_TYPES, WRITABLE_TYPES, parse_file_type, parse_tensor_type
 from quantize.plan import PlanOptions, format_size, llama_tensor_order, plan_quantization

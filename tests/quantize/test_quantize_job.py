@@ -19,8 +19,8 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from app.cli import main
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.library import Library
 from quantize.ftypes import FILE_TYPES
 from quantize.gguf_source import GGUFSource
