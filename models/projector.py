@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 

@@ -99,7 +99,7 @@ def presets(preferences=None) -> dict[str, dict[str, Any]]:
 
 def save_preset(name: str, options: ChatOptions, preferences=None) -> None:
     """Save the sampling of ``options`` as preset ``name`` (replacing one of that name)."""
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
 
     name = name.strip()
     if not name or name in BUILTIN_PRESETS:

@@ -20,8 +20,8 @@ from typing import Optional, Union
 
 from huggingface_hub.hf_api import RepoFile
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.hub.client import hub_api, hub_errors
 
 # A quant name between separators: Q4_K_M, IQ2_XXS, Q8_0, BF16, TQ1_0, MXFP4, UD-Q4_K_XL...
@@ -204,7 +204,7 @@ def model_details(repo_id: str, revision: Optional[str] = None,
     The file list comes from the tree API pinned to the commit that ``model_info``
     reported, so files and hashes describe one consistent snapshot even if the repo
     changes in between. ``cancel`` stops the requests, also while they wait for the Hub
-    (:class:`~app.core.errors.Cancelled`).
+    (:class:`~models.foundation.errors.Cancelled`).
     """
     with hub_errors(repo_id, cancel):
         api = hub_api()

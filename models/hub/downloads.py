@@ -2,7 +2,7 @@
 
 - :func:`plan_pull` turns ``REPO[:QUANT]`` into a :class:`DownloadPlan` — the shards of a
   GGUF variant, or a safetensors checkpoint's weights and side files — pinned to a commit.
-- :func:`download_plan` is the long job (``report``/``cancel`` as in :mod:`app.core.jobs`):
+- :func:`download_plan` is the long job (``report``/``cancel`` as in :mod:`models.foundation.jobs`):
   free-disk check first, then each file through :func:`models.hub.transfer.fetch_file`,
   progress with bytes, speed and ETA.
 - :class:`DownloadManager` runs plans one after another in a worker thread with pause,
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken, Progress, ProgressCallback, check
-from app.core.paths import app_paths
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken, Progress, ProgressCallback, check
+from models.foundation.paths import app_paths
 from models.hardware import free_disk_bytes
 from models.hub.auth import resolve_token
 from models.hub.details import HubFileInfo, ModelDetails, model_details, projector_for, projectors_of

@@ -42,8 +42,8 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from app.core.errors import QuantDeskError
 from models.engine.reasoning import ReasoningSplitter, reply_opens_reasoning
+from models.foundation.errors import QuantDeskError
 from models.images import has_images
 from models.server.catalog import ServedModel, find_model, input_modalities, template_of
 from models.server.config import ServerConfig

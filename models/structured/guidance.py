@@ -21,7 +21,7 @@ import threading
 import weakref
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 LARK_HEADER = "%llguidance"
 # What every JSON grammar is compiled with: compact JSON, ',' and ':' without spaces.

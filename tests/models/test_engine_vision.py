@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, LoadSettings
+from models.foundation.errors import QuantDeskError
 from quantize.convert.convert import convert_with_projector
 from tests.factory.images import png_bytes, sample_picture
 from tests.factory.vision import write_tiny_vision_checkpoint
@@ -191,8 +191,8 @@ def test_image_requests_batched_beside_text_requests(gemma3):
 
 
 def test_mismatched_projector_is_refused_before_loading(tmp_path, gemma3):
-    from tests.factory.checkpoints import write_tiny_checkpoint
     from quantize.convert import convert
+    from tests.factory.checkpoints import write_tiny_checkpoint
 
     _, _, projector = gemma3
     other = write_tiny_checkpoint(tmp_path / "m", arch="llama", config_overrides={"hidden_size": 48})

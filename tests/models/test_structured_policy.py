@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.structured import (constraint_for_any_json, constraint_for_gbnf,
                                constraint_for_schema, plan_schema, validation_errors)
 from models.structured.guidance import grammar_accepts

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.projector import with_projector
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class ModelControl:
         none is loaded; offer it (never swap silently: a load is slow and drops the other
         model's state) when another is; explain a file that has gone."""
         from app.core.conversation_model import LOAD, MISSING, OFFER, choose_conversation_model
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         self._clear_model_notice()
         engine = self.engine
@@ -227,7 +227,7 @@ def _machine_facts(path: Path):
     """The model's header, this machine's free RAM/VRAM and whether it needs the safe CPU
     kernels (disk and device queries, so run off the GUI thread)."""
     from models.engine.fallback import needs_safe_kernels
-    from models.memory_fit import free_memory
     from models.gguf_header import read_gguf_header
+    from models.memory_fit import free_memory
 
     return (read_gguf_header(path), *free_memory(), needs_safe_kernels())

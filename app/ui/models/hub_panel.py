@@ -18,11 +18,11 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 
 from app.core.quantize_queue import fit_settings_from, saved_load_settings
 from app.ui.models.library_panel import size_text
-from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.fit_badge import fit_icon, fit_word
 from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
+from models.gguf_header import parameters_text
 
 PAGE_SIZE = 25
 PROBE_AFTER_MS = 1500  # a search this slow gets a quick connection check beside it
@@ -63,7 +63,7 @@ VARIANT_COLUMNS = [
 
 def details_choices(details, load_settings: Optional[dict] = None, judge=None) -> list[Choice]:
     """The rows to show for ``details`` (runs off the GUI thread: the fit asks the hardware)."""
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.memory_fit import fit_of_file_size
 
     from models.hub.details import projector_for
@@ -402,7 +402,7 @@ class HubPanel(QWidget):
     def download_selected(self, quantize: bool = False):
         """Queue the selected variant (all shards) or checkpoint; a checkpoint with ``quantize``
         opens on the Quantize page when it has arrived."""
-        from app.core.errors import QuantDeskError
+        from models.foundation.errors import QuantDeskError
         from models.hub.downloads import plan_details
 
         choice, details = self.selected_choice(), self.details

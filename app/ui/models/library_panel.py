@@ -20,13 +20,13 @@ from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget,
 )
 
-from app.core.errors import QuantDeskError
-from models.gguf_header import parameters_text
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.quality_text import quality_text, quality_tooltip
 from app.ui.widgets.rows_model import Column, RowsFilterProxy, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
+from models.foundation.errors import QuantDeskError
+from models.gguf_header import parameters_text
 
 
 def size_text(n: Optional[int]) -> str:
@@ -202,7 +202,7 @@ class LibraryPanel(QWidget):
         model = self.selected()
         if model is None:
             return
-        from app.core.system_programs import open_in_file_manager
+        from models.foundation.system_programs import open_in_file_manager
 
         try:
             open_in_file_manager(Path(model.path))
