@@ -424,7 +424,7 @@ class HubPanel(QWidget):
     def _remember_projector(self, task) -> None:
         """The variant arrived with the vision encoder the person chose: the model loads
         with it (wherever the repository keeps it)."""
-        from app.core.errors import QuantDeskError
+        from models.foundation.errors import QuantDeskError
         from app.core.model_settings import choose_projector
 
         try:
