@@ -1,7 +1,7 @@
 """The ``quantdesk`` command: the window with no arguments, a job with a subcommand.
 
 The CLI drives the same ``app.core`` functions as the GUI. Errors meant for users
-(:class:`~app.core.errors.QuantDeskError`) are printed as one sentence without a
+(:class:`~models.foundation.errors.QuantDeskError`) are printed as one sentence without a
 traceback; the details go to the log file.
 """
 
@@ -15,9 +15,11 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from app import APP_NAME, __version__, installed_version
+from app import __version__
 from app.commands import COMMAND_MODULES
-from app.core.errors import QuantDeskError
+from models.foundation import APP_NAME
+from models.foundation.errors import QuantDeskError
+from models.foundation.versions import installed_version
 
 NO_DISPLAY_MESSAGE = (
     "QuantDesk is installed, but no display was found (DISPLAY and WAYLAND_DISPLAY are not "
@@ -103,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.version:
         print(version_text())
         return 0
-    from app.core.logs import setup_logging
+    from models.foundation.logs import setup_logging
 
     if args.func is not _cmd_gui:
         # The command's process ends with it: the objects it leaves (numba's and llvmlite's

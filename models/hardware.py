@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from app.core.system_programs import find_program, system_environment
+from models.foundation.system_programs import find_program, system_environment
 from models.llama_lib import ggml_api, open_lib
 
 # enum ggml_backend_dev_type in ggml-backend.h, in declaration order.

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 #: Largest picture accepted, in pixels: decoding takes 3 bytes a pixel (and the encoder
 #: scales it down to a few hundred pixels a side anyway). 50-megapixel photos are refused.

@@ -29,8 +29,8 @@ from typing import Iterator, Optional
 
 from quantize.ggml_types import LlamaFileType
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
 from models.gguf_header import is_embedding_model, read_gguf_header
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from typing import Optional
 
 from types import SimpleNamespace
 
-from app import installed_version
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
+from models.foundation.versions import installed_version
 
 
 def llama_cpp_python_version() -> Optional[str]:

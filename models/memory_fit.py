@@ -60,7 +60,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.gguf_header import GGUFHeader, is_expert_tensor, parameters_text, read_gguf_header
 from models.weight_buffers import CpuBackend, cpu_weight_buffers, this_cpu_backend
 

@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's app package (find_program), not
 
 import llama_cmake_args  # noqa: E402  (packaging/ is not a package)
 import wine_prefix  # noqa: E402
-from app.core.errors import QuantDeskError  # noqa: E402
-from app.core.system_programs import find_program  # noqa: E402
+from models.foundation.errors import QuantDeskError  # noqa: E402
+from models.foundation.system_programs import find_program  # noqa: E402
 
 LLAMA_CPP_PYTHON = llama_cmake_args.LLAMA_CPP_PYTHON
 PYINSTALLER = "pyinstaller==6.22.3"

@@ -20,9 +20,9 @@ if __name__ == "__main__":
     multiprocessing.freeze_support()
 
     # os.environ keeps the bootloader's LD_LIBRARY_PATH (the engine child needs it);
-    # programs of the system are started through app.core.system_programs instead.
+    # programs of the system are started through models.foundation.system_programs instead.
     if "NUMBA_CACHE_DIR" not in os.environ:
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         os.environ["NUMBA_CACHE_DIR"] = str(app_paths().cache / "numba")
 

@@ -30,7 +30,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # run by the system's Python: this checkout's app package
     sys.path.insert(0, str(ROOT))
 
-from app.core.system_programs import require_program  # noqa: E402
+from models.foundation.system_programs import require_program  # noqa: E402
 ASSETS = ROOT / "assets"
 
 DEB_NAME = "quantdesk"

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:  # run by the system's Python: this checkout's app package
     sys.path.insert(0, str(HERE.parent))
 
-from app.core.system_programs import require_program  # noqa: E402
+from models.foundation.system_programs import require_program  # noqa: E402
 
 
 def build_dmg(app: Path, info: dict, dist: Path) -> Path:

@@ -34,7 +34,7 @@ NSI = HERE / "windows" / "quantdesk.nsi"
 if str(HERE.parent) not in sys.path:  # run by the system's Python: this checkout's app package
     sys.path.insert(0, str(HERE.parent))
 
-from app.core.system_programs import find_program  # noqa: E402
+from models.foundation.system_programs import find_program  # noqa: E402
 
 
 def find_vcomp() -> Path | None:

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 #: ``encoder(values_f32[rows, n_per_row], imatrix_or_None[n_per_row]) -> uint8[rows, row_bytes]``
 Encoder = Callable[[np.ndarray, Optional[np.ndarray]], np.ndarray]

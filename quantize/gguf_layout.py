@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from quantize.ggml_types import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.source import MetadataEntry
 
 _SCALAR_FORMATS = {

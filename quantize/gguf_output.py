@@ -5,7 +5,7 @@ tensor data, each aligned to ``general.alignment`` (32 bytes by default). Becaus
 tensor's type and byte size are planned before writing, the infos go out first and
 each tensor's data follows as soon as it is encoded; the file is allocated at its
 planned size first, written beside the target and renamed only when complete
-(:func:`app.core.jobs.atomic_output`).
+(:func:`models.foundation.jobs.atomic_output`).
 
 :func:`write_ggufs` writes several files in one pass over the tensor stream (the quantizer's
 "Q4_K_M and Q6_K at once": each tensor is loaded once and encoded per output);
@@ -29,8 +29,8 @@ from typing import Callable, Optional, Protocol, Sequence, Union
 import numpy as np
 from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, ProgressCallback, ProgressReporter, atomic_output, check
 from quantize.encode import tensor_bytes
 from quantize.gguf_encoding import header_bytes, padded
 from quantize.source import MetadataEntry, SourceTensor, StoredBytes

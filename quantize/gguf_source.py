@@ -19,9 +19,9 @@ from typing import Optional
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType
 
-from app.core.errors import QuantDeskError
-from quantize.gguf_layout import TensorLayout, read_gguf_layout
+from models.foundation.errors import QuantDeskError
 from quantize.encode import bf16_bits_to_f32
+from quantize.gguf_layout import TensorLayout, read_gguf_layout
 from quantize.source import MetadataEntry, SourceTensor, StoredBytes
 
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)

@@ -39,8 +39,8 @@ from typing import Optional, Sequence
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType, GGUFValueType
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import atomic_output
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import atomic_output
 from quantize.source import MetadataEntry
 from quantize.type_rules import ggml_ne
 

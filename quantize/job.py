@@ -29,8 +29,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, JobResult, ProgressCallback, ProgressReporter, check
 from quantize import kernel_loader
 from quantize.encode import ENCODERS, bf16_bits_to_f32, encode_rows, row_bytes
 from quantize.ftypes import FileType, is_quantized_type
@@ -174,10 +174,12 @@ def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix
     """
     for plan in plans:
         if plan.needs_imatrix and imatrix is None:
+            first = next(p for p in plan.tensors if p.tensor.name == plan.needs_imatrix[0])
             raise QuantDeskError(
-                f"{plan.file_type.name} needs an importance matrix (its Q2_K tensors, such as "
-                f"{plan.needs_imatrix[0]}, come out as noise without one).",
-                "Give one with --imatrix (made by llama-imatrix for this model), or choose Q2_K or Q3_K_S.")
+                f"{plan.file_type.name} needs an importance matrix (its {first.qtype.name} tensors, such as "
+                f"{first.tensor.name}, come out as noise without one).",
+                "Make one with `quantdesk imatrix MODEL` (or the Quantize page's importance-matrix step) and "
+                "give it with --imatrix, or choose a type that needs none, such as Q2_K, Q3_K_S or IQ3_S.")
         if imatrix is None:
             continue
         for p in plan.tensors:
@@ -186,7 +188,7 @@ def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix
                 if found is None and p.tensor.name in plan.needs_imatrix:
                     raise QuantDeskError(
                         f"The importance matrix {imatrix.path.name} has no data for {p.tensor.name}, "
-                        f"which {plan.file_type.name} stores as Q2_K.",
+                        f"which {plan.file_type.name} stores as {p.qtype.name}.",
                         "Use an importance matrix computed for this model.")
 
 
@@ -369,7 +371,7 @@ def quantize_model(
         input: An F32/F16/BF16 GGUF path, a Hugging Face folder, or any TensorSource.
         targets: File type and output path for each file to write.
         options: Overrides, importance matrix and thread count.
-        report: Receives :class:`~app.core.jobs.Progress` after each tensor (stage
+        report: Receives :class:`~models.foundation.jobs.Progress` after each tensor (stage
             "Quantizing", the tensor name and its types as detail).
         cancel: Checked between tensors and between row chunks.
 
@@ -379,7 +381,7 @@ def quantize_model(
 
     Raises:
         QuantDeskError: bad input, bad importance matrix, or a type that needs one;
-            :class:`~app.core.errors.Cancelled` when cancelled. Nothing is left on disk.
+            :class:`~models.foundation.errors.Cancelled` when cancelled. Nothing is left on disk.
     """
     kernel_loader.start([t.file_type.name for t in targets], imatrix=bool(options.imatrix))
     source = open_source(input) if isinstance(input, (str, Path)) else input

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from quantize.ggml_types import GGUF_DEFAULT_ALIGNMENT, GGUFValueType
 from quantize.ggml_types import GGMLQuantizationType as T
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
 from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size, planned_header
@@ -60,7 +60,8 @@ class QuantPlan:
         tensors: Every tensor with its output type, in file order.
         alignment: Data alignment of the output.
         fallbacks: ``(tensor, wanted, used)`` where a row width forced another type.
-        needs_imatrix: Tensors whose type requires an importance matrix (Q2_K in Q2_K_S).
+        needs_imatrix: Tensors whose type requires an importance matrix (the grid i-quants,
+            Q2_K in Q2_K_S).
     """
 
     file_type: FileType
@@ -143,6 +144,10 @@ def model_hparams(arch: str, metadata: Sequence[MetadataEntry], description: str
     Raises:
         QuantDeskError: ``{arch}.block_count`` is missing.
     """
+    if arch == "clip":
+        # A vision/audio encoder (mmproj): llama.cpp loads no hyper-parameters for it
+        # (llama_model::load_hparams returns before them), so its counts are all 0.
+        return ModelHParams(arch=arch, n_layer_all=0)
     entries = {e.key: e for e in metadata}
     n_layer = _value(entries, f"{arch}.block_count")
     if n_layer is None:
@@ -191,11 +196,16 @@ def _alignment(metadata: Sequence[MetadataEntry]) -> int:
     return GGUF_DEFAULT_ALIGNMENT
 
 
+#: Tensor types that come out as noise without an importance matrix (``tensor_requires_imatrix``).
+IMATRIX_REQUIRED_TYPES = frozenset({T.IQ3_XXS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ1_M, T.IQ1_S})
+
+
 def _requires_imatrix(name: str, qtype: T, file_type: FileType) -> bool:
-    # tensor_requires_imatrix, for the types QuantDesk writes: only Q2_K inside Q2_K_S.
+    # tensor_requires_imatrix: the 1- to 3-bit grid types, and Q2_K inside Q2_K_S; never
+    # the token embedding or the output head.
     if name in ("token_embd.weight", "per_layer_token_embd.weight", "output.weight"):
         return False
-    return qtype == T.Q2_K and file_type.name == "Q2_K_S"
+    return qtype in IMATRIX_REQUIRED_TYPES or (qtype == T.Q2_K and file_type.name == "Q2_K_S")
 
 
 def plan_quantization(source: TensorSource, file_type: FileType,

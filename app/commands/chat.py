@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 HELP = ("Type a message. /image FILE attaches a picture to the next one, /exit quits, /reset "
         "starts a new conversation, Ctrl+C stops a reply.")

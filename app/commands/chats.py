@@ -17,7 +17,7 @@ def _when(timestamp: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from app.core.conversations import ConversationStore
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
 
     store = ConversationStore()
     if args.action == "list":

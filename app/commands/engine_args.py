@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.library import Library
 
     library = Library()

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from app.commands.engine_args import add_remote_arguments, remote_settings_from_args
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,15 @@ def _print_entry(entry) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from app.core.model_settings import load_settings_for
+    from models.library import Library
     from models.server.api_key import load_api_key
     from models.server.catalog import find_model
     from models.server.config import ServerConfig
     from models.server.controller import ServerController
-    from models.library import Library
+    from models.server.engine_pool import EnginePool
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if api_key is None and args.stored_key:
@@ -60,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
                                  "Run `quantdesk list` to see the models (their file names "
                                  "without .gguf are the ids).")
         preload.append(model)
-    engines = None
     remote = remote_settings_from_args(args)
     projectors = {}
     if args.mmproj is not None:
@@ -72,21 +75,17 @@ def run(args: argparse.Namespace) -> int:
             raise QuantDeskError(f"The vision encoder {args.mmproj} does not exist.",
                                  "Give the path of the model's mmproj GGUF file.")
         projectors[preload[0].path] = str(args.mmproj.expanduser().resolve())
-    if remote["remote_devices"] or projectors:
-        from dataclasses import replace
 
-        from app.core.model_settings import load_settings_for
-        from models.server.engine_pool import EnginePool
+    def settings_for(path):
+        settings = load_settings_for(path)
+        if remote["remote_devices"]:
+            settings = replace(settings, **remote)
+        return replace(settings, mmproj=projectors[path]) if path in projectors else settings
 
-        def settings_for(path):
-            settings = replace(load_settings_for(path), **remote) if remote["remote_devices"] else \
-                load_settings_for(path)
-            return replace(settings, mmproj=projectors[path]) if path in projectors else settings
-
-        cache = args.prompt_cache_mb
-        engines = EnginePool(
-            settings_for=settings_for, parallel=args.parallel, idle_unload_seconds=args.idle_unload,
-            prompt_cache_bytes=None if cache is None else cache << 20)
+    cache = config.prompt_cache_ram_mb
+    engines = EnginePool(settings_for, parallel=config.parallel,
+                         idle_unload_seconds=config.idle_unload_seconds,
+                         prompt_cache_bytes=None if cache is None else cache << 20)
     controller = ServerController(config, engines=engines, library=library)
     controller.add_listener(_print_entry)
     controller.start()

@@ -12,7 +12,7 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
     from models.rpc.worker import serve
 
     devices = [d.strip() for d in args.device.split(",") if d.strip()] if args.device else None

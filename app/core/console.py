@@ -1,7 +1,7 @@
 """The terminal: a progress bar on stderr, Ctrl+C as Cancel, text in UTF-8.
 
 The CLI's counterpart of the GUI's worker: :func:`run_job` calls a job function with a
-:class:`ConsoleProgress` as its ``report`` and a :class:`~app.core.jobs.CancelToken`
+:class:`ConsoleProgress` as its ``report`` and a :class:`~models.foundation.jobs.CancelToken`
 that the first Ctrl+C sets (a second Ctrl+C interrupts at once). :func:`utf8_streams`
 makes piped output on Windows carry every character a model can write.
 """
@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Callable, Optional, TextIO, TypeVar
 
-from app.core.jobs import CancelToken, Progress, StageClock, eta_seconds
+from models.foundation.jobs import CancelToken, Progress, StageClock, eta_seconds
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ def _format_eta(seconds: Optional[float]) -> str:
 
 
 class ConsoleProgress:
-    """A :data:`~app.core.jobs.ProgressCallback` that draws one updating line."""
+    """A :data:`~models.foundation.jobs.ProgressCallback` that draws one updating line."""
 
     def __init__(self, stream: Optional[TextIO] = None, width: int = 30) -> None:
         # sys.stderr looked up now, not at import: it may have been replaced since (tests, GUI).

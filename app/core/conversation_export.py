@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from app.core.conversations import ConversationStore
-from app.core.errors import QuantDeskError
-from app.core.jobs import atomic_output
 from models.engine.reasoning import thought_for
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import atomic_output
 
 FORMATS = ("markdown", "json")
 _ROLE_NAMES = {"system": "System", "user": "You", "assistant": "Assistant", "tool": "Tool"}

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
 
 DB_NAME = "conversations.sqlite3"
 TITLE_LENGTH = 60

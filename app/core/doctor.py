@@ -11,8 +11,9 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable
 
-from app import APP_NAME, __version__
-from app.core.paths import HOME_ENV, app_paths
+from app import __version__
+from models.foundation import APP_NAME
+from models.foundation.paths import HOME_ENV, app_paths
 
 Section = list[tuple[str, str]]
 

@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.rpc.endpoints import DEFAULT_WORKER_PORT
 from models.rpc.worker import LOOPBACK
 
 
 def _worker_main(host: str, port: int, threads: Optional[int]) -> None:
     """The child process: serve until terminated."""
-    from app.core.logs import setup_logging
-    from app.core.paths import app_paths
+    from models.foundation.logs import setup_logging
+    from models.foundation.paths import app_paths
     from models.rpc.worker import serve
 
     setup_logging()

@@ -14,7 +14,7 @@ through :func:`route_path`, which decides which page takes the path:
   checkpoint to convert (page ``Quantize``, given the folder). Whether the folder is
   convertible is the converter's question; the page shows its sentence.
 
-Anything else is a :class:`~app.core.errors.QuantDeskError` with a sentence.
+Anything else is a :class:`~models.foundation.errors.QuantDeskError` with a sentence.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 CHAT = "Chat"
 QUANTIZE = "Quantize"

@@ -9,7 +9,7 @@ broken file never stops the app from opening.
 Keys in use (each owner documents its values): ``theme`` (``system`` / ``light`` /
 ``dark``), ``window_geometry`` (base64 of Qt's saveGeometry), ``default_load_settings``
 (a dict of :class:`models.engine.settings.LoadSettings` fields), ``hf_endpoint``,
-``models_folder`` (read by :func:`app.core.paths.app_paths`), ``server`` (the local API
+``models_folder`` (read by :func:`models.foundation.paths.app_paths`), ``server`` (the local API
 server's settings: :mod:`app.core.server_settings`).
 """
 
@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
-from app.core.paths import PREFERENCES_FILE, app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import PREFERENCES_FILE, app_paths
 
 log = logging.getLogger(__name__)
 

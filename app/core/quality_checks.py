@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, Progress, ProgressCallback
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, Progress, ProgressCallback
 
 IMATRIX_FOLDER = "imatrix"
 
@@ -89,7 +89,7 @@ def imatrix_cache_path(source: Path, text_data: bytes, settings: MeasureSettings
                        cache_folder: Optional[Path] = None) -> Path:
     """Where the importance matrix of ``source`` over this text with these settings is kept."""
     if cache_folder is None:
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         cache_folder = app_paths().cache
     source = Path(source).resolve()

@@ -122,8 +122,8 @@ def lan_address() -> Optional[str]:
 def _preferences(preferences=None):
     if preferences is not None:
         return preferences
-    from app.core.errors import QuantDeskError
     from app.core.preferences import Preferences
+    from models.foundation.errors import QuantDeskError
 
     try:
         return Preferences()

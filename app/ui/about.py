@@ -5,12 +5,13 @@ from __future__ import annotations
 import PySide6
 from PySide6.QtCore import qVersion
 
-from app import APP_NAME, __version__
+from app import __version__
+from models.foundation import APP_NAME
 
 
 def llama_version_text() -> str:
     """llama-cpp-python's version and the CPU features its llama.cpp was built with."""
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.hardware import backend_names
     from models.llama_lib import llama_cpp_python_version
 

@@ -10,11 +10,12 @@ from typing import Optional
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
-from app import APP_NAME, __version__
+from app import __version__
 from app.core.preferences import Preferences
 from app.ui.garbage import collect_on_gui_thread
 from app.ui.theme import apply_theme
 from assets import icon_path
+from models.foundation import APP_NAME
 
 
 def create_application(argv: list[str] | None = None) -> QApplication:
@@ -37,7 +38,7 @@ def create_application(argv: list[str] | None = None) -> QApplication:
 
 
 def _theme_preference() -> str:
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
 
     try:
         return str(Preferences().get("theme", "system"))

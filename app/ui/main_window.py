@@ -16,8 +16,6 @@ from PySide6.QtWidgets import (
     QMessageBox, QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from app import APP_NAME
-from app.core.errors import QuantDeskError
 from app.core.open_path import route_path
 from app.core.preferences import Preferences
 from app.ui.about import about_text
@@ -25,6 +23,8 @@ from app.ui.drops import FileDropFilter
 from app.ui.pages import Page, page_classes
 from app.ui.widgets.banner import MessageBanner
 from assets import icon_path
+from models.foundation import APP_NAME
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 class Page(QWidget):

@@ -2,9 +2,9 @@
 
 A job is a plain function ``job(report, cancel) -> result`` from the Qt-free core (the
 same shape :func:`app.core.console.run_job` runs in the terminal). :class:`JobWorker`
-runs it on Qt's global thread pool; its signals carry :class:`~app.core.jobs.Progress`
+runs it on Qt's global thread pool; its signals carry :class:`~models.foundation.jobs.Progress`
 snapshots, the result, or the user-facing error sentence back to the GUI thread, and
-:meth:`JobWorker.cancel` sets the job's :class:`~app.core.jobs.CancelToken`.
+:meth:`JobWorker.cancel` sets the job's :class:`~models.foundation.jobs.CancelToken`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from shiboken6 import isValid
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken, Progress
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken, Progress
 
 log = logging.getLogger(__name__)
 

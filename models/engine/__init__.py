@@ -26,7 +26,7 @@ request (client → engine)                            events (engine → client
 ===================================================  ==========================================
 
 ``error`` events carry ``{"what", "fix"}`` and become
-:class:`~app.core.errors.QuantDeskError` in the client. Cancelling is not a message: a
+:class:`~models.foundation.errors.QuantDeskError` in the client. Cancelling is not a message: a
 byte of shared memory (``cancel_flag.py``) that the engine checks between tokens and
 llama.cpp checks between the nodes of its compute graph, so a cancel never waits behind
 a busy pipe or a long llama.cpp call. A reply ended by cancel,

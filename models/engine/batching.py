@@ -66,7 +66,6 @@ from typing import Any, Callable, Optional
 import llama_cpp
 import numpy as np
 
-from app.core.errors import QuantDeskError
 from models.engine.cancel_flag import lane_cancelled, take_abort
 from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
@@ -75,6 +74,7 @@ from models.engine.sessions import (SessionStore, SessionUnusable, capture_state
 from models.engine.speculation import LookupDrafter
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import position_after
+from models.foundation.errors import QuantDeskError
 from models.images import has_images
 
 log = logging.getLogger(__name__)

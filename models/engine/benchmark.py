@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from app.core.jobs import CancelToken, ProgressCallback, ProgressReporter, check
+from models.foundation.jobs import CancelToken, ProgressCallback, ProgressReporter, check
 
 FILLER = ("The history of the printing press begins with movable type, which changed how "
           "books were made, sold and read across Europe and beyond. ")

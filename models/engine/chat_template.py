@@ -22,7 +22,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 @dataclass(frozen=True)

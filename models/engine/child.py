@@ -21,7 +21,7 @@ import select
 import signal
 from typing import Any, Callable, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger("models.engine.child")
 
@@ -226,8 +226,8 @@ def engine_main(conn: Any, cancel_flag: Any) -> None:
     # Ctrl+C in a terminal reaches the whole process group; the CLI turns it into a
     # cancel, so the engine must not die of it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from app.core.logs import setup_logging
     from models.engine.llama_log import LlamaLogCapture
+    from models.foundation.logs import setup_logging
 
     setup_logging()
     log.info("engine process %d started", os.getpid())

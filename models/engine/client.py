@@ -35,8 +35,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import Progress, ProgressCallback
 from models.engine import fallback
 from models.engine.cancel_flag import CancelFlag
 from models.engine.gguf_info import GGUFModelInfo, read_model_info
@@ -44,6 +42,8 @@ from models.engine.llama_log import OffloadReport
 from models.engine.options import ChatOptions, ChatStats, validate_messages, validate_options
 from models.engine.sessions import DEFAULT_CAP_BYTES, SessionStore
 from models.engine.settings import LoadSettings, gpu_device_count, validate_settings
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import Progress, ProgressCallback
 from models.rpc.session import RemoteSession
 
 log = logging.getLogger(__name__)
@@ -577,7 +577,7 @@ class EngineClient:
              progress: Optional[ProgressCallback] = None) -> LoadReport:
         """Load a model (replacing the loaded one) and self-test a decode.
 
-        ``progress`` gets :class:`~app.core.jobs.Progress` as llama.cpp reads the tensors
+        ``progress`` gets :class:`~models.foundation.jobs.Progress` as llama.cpp reads the tensors
         (stage "Loading", done/total a fraction of 1), then stage "Testing" for the
         self-test decode. Replies still running on the old model end with an error.
 

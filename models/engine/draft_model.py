@@ -38,7 +38,7 @@ import llama_cpp
 import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 # Stop drafting when the draft gives its best next token less than this probability: such
 # a guess is nearly always rejected. Measured with SmolLM2 Q4_1 as the draft (150-token

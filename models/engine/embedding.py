@@ -21,8 +21,8 @@ import llama_cpp
 import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
-from app.core.errors import QuantDeskError
 from models.engine.gguf_info import read_model_info
+from models.foundation.errors import QuantDeskError
 from models.gguf_header import MEAN_POOLING
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from app.core.jobs import atomic_output
-from app.core.paths import AppPaths, app_paths
+from models.foundation.jobs import atomic_output
+from models.foundation.paths import AppPaths, app_paths
 
 log = logging.getLogger(__name__)
 

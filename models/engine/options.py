@@ -1,7 +1,7 @@
 """Sampling options of one chat reply, the messages a chat is made of, and its stats.
 
 Both are validated in the client, before anything reaches the engine process, so a bad
-value is a :class:`~app.core.errors.QuantDeskError` sentence for the user rather than a
+value is a :class:`~models.foundation.errors.QuantDeskError` sentence for the user rather than a
 failure in llama.cpp's sampler.
 """
 
@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 16

@@ -264,8 +264,8 @@ NO_THINKING = ThinkingTemplate()
 def thinking_template(template: Optional[str]) -> ThinkingTemplate:
     """Read a chat template's thinking switch, its default and whether it keeps past
     reasoning. A template that cannot be read has none of them."""
-    from app.core.errors import QuantDeskError
     from models.engine.chat_template import render_with, template_variables
+    from models.foundation.errors import QuantDeskError
 
     if not template:
         return NO_THINKING
@@ -296,8 +296,8 @@ def reply_opens_reasoning(template: Optional[str], messages: Sequence[dict],
     """Whether the reply to ``messages`` starts inside its reasoning: the template's
     generation prompt for them ends with ``<think>``. ``False`` when there is no template
     or it cannot render them (the engine will say why)."""
-    from app.core.errors import QuantDeskError
     from models.engine.chat_template import render_chat
+    from models.foundation.errors import QuantDeskError
     from models.images import content_text
 
     if not template or OPEN_TAG not in template:

@@ -39,7 +39,6 @@ import llama_cpp
 import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
-from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.draft_model import DraftModel
 from models.engine.embedding import embed, embedding_params
@@ -53,6 +52,7 @@ from models.engine.sessions import (SessionStore, SessionUnusable, capture_state
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import ImagePrompt, VisionEncoder
+from models.foundation.errors import QuantDeskError
 from models.rpc.devices import use_remote_devices
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from app.core.jobs import atomic_output
+from models.foundation.jobs import atomic_output
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class SessionStore:
     """One file per conversation in ``folder``, at most ``cap_bytes`` of them in all.
 
     Args:
-        folder: The app's sessions folder (``app.core.paths.app_paths().sessions``).
+        folder: The app's sessions folder (``models.foundation.paths.app_paths().sessions``).
         cap_bytes: Disk budget; the least recently used files are deleted past it.
     """
 
@@ -155,7 +155,7 @@ class SessionStore:
     @classmethod
     def default(cls, cap_bytes: int = DEFAULT_CAP_BYTES) -> "SessionStore":
         """The store in the app's sessions folder (honours ``QUANTDESK_HOME``)."""
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         return cls(app_paths().sessions, cap_bytes)
 

@@ -3,7 +3,7 @@
 :class:`LoadSettings` is what a user chooses; :func:`validate_settings` checks it against
 the model (read from its GGUF header) and the devices this llama.cpp build can use, and
 either returns the settings with "auto" values resolved or raises
-:class:`~app.core.errors.QuantDeskError` with a sentence that explains the rule. The rules
+:class:`~models.foundation.errors.QuantDeskError` with a sentence that explains the rule. The rules
 mirror the checks in ``llama_init_from_model`` (``src/llama-context.cpp``), so a bad
 combination is refused here with an explanation instead of failing inside the engine:
 
@@ -25,7 +25,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 if TYPE_CHECKING:  # reading GGUF files imports gguf and numpy: only where a file is read
     from models.engine.gguf_info import GGUFModelInfo

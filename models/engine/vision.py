@@ -37,7 +37,7 @@ import functools
 
 import llama_cpp
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.images import check_image
 
 

@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
-from app.core.secret_file import read_secret, write_secret
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
+from models.foundation.secret_file import read_secret, write_secret
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_FILE_NAME = "hf_token"
@@ -66,7 +66,7 @@ def describe_token() -> str:
 def store_token(token: str) -> Path:
     """Save ``token`` for later sessions, readable by this user only (mode 0600).
 
-    The file is created with 0600 from the start (:mod:`app.core.secret_file`), so the
+    The file is created with 0600 from the start (:mod:`models.foundation.secret_file`), so the
     token is never briefly readable by others.
     """
     token = token.strip()

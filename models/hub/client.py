@@ -2,7 +2,7 @@
 
 Every Hub call goes through :func:`hub_api` (endpoint and token read now, see
 :mod:`models.hub.auth`) inside :func:`hub_errors`, which maps the client's exceptions —
-gated, not found, rate limited, offline — to :class:`~app.core.errors.QuantDeskError`
+gated, not found, rate limited, offline — to :class:`~models.foundation.errors.QuantDeskError`
 naming the repo and what to do, and makes the call stop when its cancel token is set.
 Importing this module installs QuantDesk's HTTP client under ``huggingface_hub``
 (:mod:`models.hub.session`: a refused connection fails at once instead of ~23 s of
@@ -24,8 +24,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.hub import session
 from models.hub.auth import describe_token, hub_endpoint, resolve_token
 
@@ -62,7 +62,7 @@ def error_for_status(status: int, what: str, retry_after: Optional[str] = None) 
 def hub_errors(what: str, cancel: Optional[CancelToken] = None) -> Iterator[None]:
     """Re-raise ``huggingface_hub``/``httpx2`` errors met while working on ``what`` as sentences.
 
-    Requests inside stop with :class:`~app.core.errors.Cancelled` once ``cancel`` is set,
+    Requests inside stop with :class:`~models.foundation.errors.Cancelled` once ``cancel`` is set,
     also while they wait for the Hub (:func:`models.hub.session.cancellable`).
     """
     try:

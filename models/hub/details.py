@@ -20,8 +20,8 @@ from typing import Optional, Union
 
 from huggingface_hub.hf_api import RepoFile
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.hub.client import hub_api, hub_errors
 
 # A quant name between separators: Q4_K_M, IQ2_XXS, Q8_0, BF16, TQ1_0, MXFP4, UD-Q4_K_XL...
@@ -131,9 +131,7 @@ def projector_for(details: "ModelDetails", variant: "QuantVariant") -> Optional[
     nearest first, then the precision closest to the variant's; ``None`` without one."""
     model_dir = variant.files[0].path.split("/")[:-1]
     best, best_key = None, None
-    for f in details.extra_gguf:
-        if "mmproj" not in f.path.split("/")[-1].lower():
-            continue
+    for f in projectors_of(details):
         folder = f.path.split("/")[:-1]
         if folder != model_dir[:len(folder)]:
             continue  # not the variant's folder nor one above it
@@ -141,6 +139,13 @@ def projector_for(details: "ModelDetails", variant: "QuantVariant") -> Optional[
         if best_key is None or key < best_key:
             best, best_key = f, key
     return best
+
+
+def projectors_of(details: "ModelDetails") -> list[HubFileInfo]:
+    """Every vision encoder (``*mmproj*.gguf``) the repository holds, by path: what the
+    Models page offers beside the one :func:`projector_for` pairs."""
+    return sorted((f for f in details.extra_gguf if "mmproj" in f.path.split("/")[-1].lower()),
+                  key=lambda f: f.path)
 
 
 def quant_of(path: str) -> Optional[str]:
@@ -199,7 +204,7 @@ def model_details(repo_id: str, revision: Optional[str] = None,
     The file list comes from the tree API pinned to the commit that ``model_info``
     reported, so files and hashes describe one consistent snapshot even if the repo
     changes in between. ``cancel`` stops the requests, also while they wait for the Hub
-    (:class:`~app.core.errors.Cancelled`).
+    (:class:`~models.foundation.errors.Cancelled`).
     """
     with hub_errors(repo_id, cancel):
         api = hub_api()

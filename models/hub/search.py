@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Optional, Union
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.hub.client import hub_api, hub_errors
 
 # Our sort names → ``HfApi.list_models(sort=...)``; the Hub sorts these descending.

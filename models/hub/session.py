@@ -24,7 +24,7 @@ to retry.
 
 **A request made inside** :func:`cancellable` **stops when its token is cancelled**: before
 it is sent, and while a socket read waits (checked every :data:`POLL_S`), by raising
-:class:`~app.core.errors.Cancelled`; the connection it was using is closed, the others in the
+:class:`~models.foundation.errors.Cancelled`; the connection it was using is closed, the others in the
 pool stay. So a superseded search or a closed page costs no background time. Not
 interruptible: the DNS lookup and TCP connect (bounded by the connect timeout), and the
 library's sleeps between retries of HTTP 429/5xx answers (the retry itself is then not sent).
@@ -52,7 +52,7 @@ from typing import Any, Iterator, Optional
 import httpcore2
 import httpx2
 
-from app.core.jobs import CancelToken, check
+from models.foundation.jobs import CancelToken, check
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class HubUnreachable(httpx2.TransportError):
 def cancellable(cancel: Optional[CancelToken]) -> Iterator[None]:
     """Hub requests made by this thread inside the block stop when ``cancel`` is set.
 
-    They raise :class:`~app.core.errors.Cancelled`. ``None`` changes nothing: inside an
+    They raise :class:`~models.foundation.errors.Cancelled`. ``None`` changes nothing: inside an
     outer block its token still applies.
     """
     if cancel is None:

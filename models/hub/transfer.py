@@ -42,8 +42,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers, get_session
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, check, replace_file
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, check, replace_file
 from models.hub.auth import hub_endpoint
 from models.hub.client import error_for_status, hub_errors
 from models.hub.session import cancellable

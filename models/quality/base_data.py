@@ -26,8 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import atomic_output
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import atomic_output
 from models.quality.chunks import ChunkPlan
 from models.quality.kld import BaseRows
 

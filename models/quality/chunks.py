@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 MIN_CTX = 32
 

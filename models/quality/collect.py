@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken, Progress, ProgressCallback
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken, Progress, ProgressCallback
 from models.quality.base_data import DEFAULT_TAIL_SAMPLES, DEFAULT_TOP_K, BaseData, cache_path
 from models.quality.chunks import ChunkPlan
 from models.quality.kld import PerplexityStats, QualityStats
@@ -224,7 +224,7 @@ def measure_base(source: Path, text: EvalText, options: MeasureOptions = Measure
     """The base model's compact pass over ``text`` and the file holding it, from the cache
     when it was made before."""
     if cache_folder is None:
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         cache_folder = app_paths().cache
     path = cache_path(cache_folder, Path(source), text.data, options.n_ctx, options.chunks,

@@ -12,7 +12,7 @@ import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 BUILTIN_NAME = "quantdesk-builtin-v1"
 _BUILTIN_FILE = Path(__file__).resolve().parents[2] / "assets" / "text" / "calibration-v1.txt.gz"

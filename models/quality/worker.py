@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.errors import Cancelled, QuantDeskError
+from models.foundation.errors import Cancelled, QuantDeskError
 from models.quality.chunks import ChunkPlan, next_tokens, pieces, plan_chunks
 from models.quality.kld import BaseRows, Comparison, base_rows, compare_rows, token_nll
 
@@ -266,7 +266,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
 def quality_main(conn: Any, cancel_shared: Any, request: dict) -> None:
     """Entry point of the quality process: run one pass, send its result, exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the CLI's cancel, not our death
-    from app.core.logs import setup_logging
+    from models.foundation.logs import setup_logging
 
     setup_logging()
     send = conn.send

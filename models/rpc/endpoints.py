@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 DEFAULT_WORKER_PORT = 50052
 

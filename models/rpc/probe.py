@@ -29,7 +29,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 #: The RPC protocol of the llama.cpp that QuantDesk builds (``RPC_PROTO_*_VERSION`` in
 #: ``ggml-rpc.h`` of the pinned llama-cpp-python; the library exports no function for it,

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.rpc.endpoints import RemoteDevice, parse_remote_devices
 from models.rpc.probe import WorkerInfo, probe_worker
 from models.rpc.tunnel import SshTunnel

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.core.system_programs import find_program, system_environment
+from models.foundation.system_programs import find_program, system_environment
 
 _BYTES = re.compile(r"\bbytes_(sent|received):(\d+)")
 

@@ -25,8 +25,8 @@ import tempfile
 import time
 from typing import Optional
 
-from app.core.errors import QuantDeskError
-from app.core.system_programs import find_program, system_environment
+from models.foundation.errors import QuantDeskError
+from models.foundation.system_programs import find_program, system_environment
 from models.rpc.endpoints import RemoteDevice
 from models.rpc.probe import DEFAULT_TIMEOUT, WorkerInfo, probe_worker
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.rpc.endpoints import DEFAULT_WORKER_PORT
 from models.rpc.probe import PROTOCOL_VERSION
 

@@ -10,9 +10,9 @@ import secrets
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
-from app.core.secret_file import read_secret, write_secret
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
+from models.foundation.secret_file import read_secret, write_secret
 
 KEY_FILE_NAME = "server_api_key"
 KEY_PREFIX = "qd-"

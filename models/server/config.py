@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

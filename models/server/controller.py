@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Any, Callable, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.server.catalog import served_models
 from models.server.config import ServerConfig, check_exposure
 from models.server.engine_pool import EnginePool, ModelStatus
@@ -60,18 +60,15 @@ class ServerController:
 
     Args:
         config: Address, key, slots and limits.
-        engines: The engine pool (shared with the window's Chat page); by default a new
-            one with the config's slots and idle time.
+        engines: The engine pool (shared with the window's Chat page), made with the
+            config's slots, idle time and prompt cache.
         library: The models offered (default: the app's Library).
     """
 
-    def __init__(self, config: ServerConfig, engines: Optional[EnginePool] = None,
+    def __init__(self, config: ServerConfig, engines: EnginePool,
                  library: Any = None) -> None:
         self.config = config
-        cache = config.prompt_cache_ram_mb
-        self.engines = engines if engines is not None else EnginePool(
-            parallel=config.parallel, idle_unload_seconds=config.idle_unload_seconds,
-            prompt_cache_bytes=None if cache is None else cache << 20)
+        self.engines = engines
         self.library = library
         self._listeners: list[Callable[[RequestLogEntry], None]] = []
         self._server: Any = None

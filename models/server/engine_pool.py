@@ -1,7 +1,7 @@
 """One engine per model, shared by the API server and the window's Chat page.
 
 :class:`EnginePool` loads a model on the first request that names it — with the load
-settings the Chat page remembers for that file (:func:`app.core.model_settings.load_settings_for`)
+settings its owner gives for that file (the app passes what the Chat page remembers)
 and the server's number of slots — after checking that it fits in memory
 (:mod:`models.memory_fit`; a load that does not fit is refused with its sentence, never
 attempted). A model the server loaded is unloaded after an idle time. The window hands
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,15 @@ class PooledEngine:
         return bool(report is not None and getattr(report.settings, "embedding", False))
 
     @property
+    def projector(self) -> Optional[str]:
+        """The vision encoder (mmproj file) the model was loaded with, if any."""
+        report = self.client.last_load
+        return getattr(report.settings, "mmproj", None) if report is not None else None
+
+    @property
     def reads_images(self) -> bool:
         """Whether the model was loaded with a vision encoder (an mmproj)."""
-        report = self.client.last_load
-        return bool(report is not None and getattr(report.settings, "mmproj", None))
+        return bool(self.projector)
 
     @property
     def context_per_slot(self) -> int:
@@ -135,8 +140,8 @@ class EnginePool:
     """The engines the server uses, one per model path.
 
     Args:
-        settings_for: The load settings of a model file (default: what the Chat page
-            remembers for it).
+        settings_for: The load settings of a model file (the app passes what the Chat
+            page remembers for it).
         parallel: Slots per model; ``None`` picks the most of 4, 2, 1 that fits comfortably.
         idle_unload_seconds: Unload a model the pool loaded after this long unused; 0 never.
         client_factory: Makes an engine client (``EngineClient``).
@@ -145,12 +150,10 @@ class EnginePool:
             default).
     """
 
-    def __init__(self, settings_for: Optional[Callable[[Path], Any]] = None,
+    def __init__(self, settings_for: Callable[[Path], Any],
                  parallel: Optional[int] = None, idle_unload_seconds: float = 600.0,
                  client_factory: Optional[Callable[[], Any]] = None,
                  check_memory: bool = True, prompt_cache_bytes: Optional[int] = None) -> None:
-        if settings_for is None:
-            from app.core.model_settings import load_settings_for as settings_for
         if client_factory is None:
             from models.engine.client import EngineClient as client_factory
 
@@ -249,8 +252,8 @@ class EnginePool:
         settings = self.settings_for(path)
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
-        elif settings.mmproj is None or not Path(settings.mmproj).is_file():
-            from models.projector import with_projector  # an image-text model's encoder, beside it
+        else:
+            from models.projector import with_projector  # the chosen encoder, else the one beside
 
             settings = with_projector(path, settings)  # (a remembered one may have moved)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)

@@ -2,7 +2,7 @@
 
 Every failure a client can see is an :class:`ApiError` with an HTTP status and a sentence
 a person understands; :func:`from_quantdesk_error` turns the app's own
-:class:`~app.core.errors.QuantDeskError` sentences into one. Nothing here ever carries a
+:class:`~models.foundation.errors.QuantDeskError` sentences into one. Nothing here ever carries a
 traceback: unexpected exceptions become a 500 saying to look at the log.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 # The OpenAI ``type`` for each status this server uses.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.images import MAX_IMAGE_BYTES, check_image, image_from_data_uri
 from models.server.errors import ApiError
 

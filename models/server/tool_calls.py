@@ -24,7 +24,7 @@ With ``tool_choice`` ``required`` or a named function the whole reply is calls; 
 ``{`` or ``[``), so a reply that starts as a call is a grammar-made call. Annotations
 (``title``, ``default``, ``examples``…) are ignored; a parameters schema with keywords the
 grammar cannot enforce is refused before generating when the function is ``strict``
-(:class:`~app.core.errors.QuantDeskError`, which the dialect answers with a 400), and
+(:class:`~models.foundation.errors.QuantDeskError`, which the dialect answers with a 400), and
 otherwise generated under what is enforceable, each call validated after.
 
 **Parsers**: :func:`parse_calls` reads a whole reply; :class:`CallStream` reads one in
@@ -41,7 +41,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.server.catalog import template_of
 from models.server.errors import ApiError
 

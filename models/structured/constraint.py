@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.structured.guidance import gbnf_grammar, json_schema_grammar
 from models.structured.schema_policy import SchemaPlan, SchemaProblem, plan_schema
 from models.structured.validate import validate

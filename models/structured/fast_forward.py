@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from app.core.jobs import CancelToken
 from models.engine.options import ChatOptions
+from models.foundation.jobs import CancelToken
 from models.structured.sampler import GrammarSampler
 
 # Closing a reply at its budget starts when the tokens left are no more than three per

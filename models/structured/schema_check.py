@@ -28,7 +28,7 @@ import re
 from typing import Any, Iterator, Optional
 from urllib.parse import unquote
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 MAX_DEPTH = 64
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")

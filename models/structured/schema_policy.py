@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 from urllib.parse import unquote
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.structured.drafts import to_2020_12
 from models.structured.guidance import grammar_error, json_schema_grammar
 from models.structured.schema_check import (SchemaError, check_schema, compile_pattern,

@@ -26,7 +26,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.structured.formats import format_ok
 from models.structured.schema_check import SchemaIndex, check_schema, compile_pattern
 

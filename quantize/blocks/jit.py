@@ -54,7 +54,7 @@ def cache_dir() -> Path:
     chosen = os.environ.get("NUMBA_CACHE_DIR", "").strip()
     if chosen:
         return Path(chosen)
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     return app_paths().cache / "numba"
 
@@ -638,6 +638,21 @@ def put_fp16(out, row, at, value):
     out[row, at] = np.uint8(h & 0xFF)
     out[row, at + 1] = np.uint8(h >> 8)
     return h
+
+
+@inline
+def inverse(d):
+    """``d ? 1.0f/d : 0.0f``."""
+    return F32(1.0) / d if d != F32(0.0) else F32(0.0)
+
+
+@inline
+def roundf(v):
+    """C's ``roundf`` (and ``lroundf`` in range): half away from zero (``v - trunc(v)`` is exact)."""
+    t = np.trunc(v)
+    if np.abs(v - t) >= F32(0.5):
+        t = t + (F32(1.0) if v > F32(0.0) else F32(-1.0))
+    return t
 
 
 @inline

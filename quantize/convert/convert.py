@@ -16,8 +16,8 @@ from typing import Optional
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import CancelToken, ProgressCallback
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import CancelToken, ProgressCallback
 from quantize.convert.hf_source import open_hf_folder
 from quantize.encode import encode_rows, quiet_bf16_nans
 from quantize.gguf_output import PlannedTensor, write_gguf
@@ -106,7 +106,7 @@ def convert(
         model_dir: Folder with config.json, safetensors weights and tokenizer files.
         out_path: Target file; default :func:`default_output_path`.
         outtype: ``"f32"``, ``"f16"`` or ``"bf16"``.
-        report: Receives :class:`~app.core.jobs.Progress` in output bytes, per tensor.
+        report: Receives :class:`~models.foundation.jobs.Progress` in output bytes, per tensor.
         cancel: Checked before each tensor; cancelling leaves no file.
         pre_tokenizer: Explicit llama.cpp pre-tokenizer for an unrecognised BPE tokenizer.
 

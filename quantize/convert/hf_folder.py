@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.safetensors_reader import SafetensorsFile, TensorRecord
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")

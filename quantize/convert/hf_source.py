@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import numpy as np
 from quantize.ggml_types import GGMLQuantizationType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs import IGNORED_SUFFIXES, Architecture, find_architecture
 from quantize.convert.archs.hparams import expert_count, text_model_entries
 from quantize.convert.general_info import general_entries

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs.hparams import u32
 from quantize.convert.convert import whole_blocks
 from quantize.convert.general_info import general_entries

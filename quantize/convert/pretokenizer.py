@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 # The check text of convert_hf_to_gguf.get_vocab_base_pre (a fact of the format we match).
 CHECK_TEXT = (

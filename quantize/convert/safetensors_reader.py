@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.encode import bf16_bits_to_f32
 
 #: Largest JSON header we accept. Real headers are a few hundred KB even for 1000-tensor

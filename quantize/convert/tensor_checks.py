@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs.hparams import expert_count, head_dim, require
 from quantize.convert.safetensors_reader import TensorRecord
 

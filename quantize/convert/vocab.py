@@ -19,7 +19,7 @@ from typing import Optional
 
 from gguf import TokenType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 @dataclass

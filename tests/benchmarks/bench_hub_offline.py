@@ -32,7 +32,7 @@ def free_port() -> int:
 
 
 def refused_search_s() -> float:
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.hub.search import search_models
 
     os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
@@ -45,8 +45,8 @@ def refused_search_s() -> float:
 
 
 def cancel_and_next_s(server) -> tuple[float, float]:
-    from app.core.errors import Cancelled
-    from app.core.jobs import CancelToken
+    from models.foundation.errors import Cancelled
+    from models.foundation.jobs import CancelToken
     from models.hub.search import search_models
 
     os.environ["HF_ENDPOINT"] = server.url

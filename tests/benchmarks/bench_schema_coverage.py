@@ -43,7 +43,7 @@ def llguidance_accepts(schema) -> bool:
 
 
 def quantdesk_problems(schema) -> list[str]:
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.structured import plan_schema
 
     try:

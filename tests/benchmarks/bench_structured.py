@@ -97,7 +97,7 @@ def main() -> int:
 
 
 def _valid(text: str, schema) -> bool:
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.structured import validate
 
     try:

@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from app.core.console import ConsoleProgress, run_job, utf8_streams
-from app.core.errors import Cancelled
-from app.core.jobs import Progress
+from models.foundation.errors import Cancelled
+from models.foundation.jobs import Progress
 
 
 def test_console_progress_writes_a_line_per_stage_when_not_a_tty():

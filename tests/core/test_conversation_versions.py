@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from app.core.conversations import ROOT, SCHEMA_VERSION, ConversationStore
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 # The schema as QuantDesk wrote it before versions and branches (user_version 0).
 OLD_SCHEMA = """

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from app.core.conversations import ConversationStore, title_from
-from app.core.errors import QuantDeskError
 from models.engine.sessions import SessionStore
+from models.foundation.errors import QuantDeskError
 
 
 def turn(user: str, reply: str) -> list[dict]:

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from app.core import install_info as ii
-from app.core import system_programs as sp
-from app.core.errors import QuantDeskError
+from models.foundation import system_programs as sp
+from models.foundation.errors import QuantDeskError
 
 
 @pytest.fixture

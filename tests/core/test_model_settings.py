@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.core import model_settings
-from app.core.errors import QuantDeskError
 from app.core.preferences import Preferences
 from models.engine import ChatOptions, LoadSettings
+from models.foundation.errors import QuantDeskError
 
 
 def test_load_settings_are_remembered_per_model_and_default_from_preferences(tmp_path):

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from app.core.paths import app_paths
 from app.core.preferences import Preferences
+from models.foundation.paths import app_paths
 
 
 def test_models_folder_preference_moves_only_the_models_folder(tmp_path, isolated_home):

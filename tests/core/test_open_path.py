@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import open_path_argument
-from app.core.errors import QuantDeskError
 from app.core.open_path import CHAT, QUANTIZE, OpenRoute, is_image_file, is_unquantized_gguf, route_path
+from models.foundation.errors import QuantDeskError
 from tests.models.library_gguf import write_gguf
 
 

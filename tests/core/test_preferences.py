@@ -2,8 +2,8 @@
 
 import json
 
-from app.core.paths import app_paths
 from app.core.preferences import FILE_NAME, Preferences
+from models.foundation.paths import app_paths
 
 
 def test_values_survive_a_new_instance_and_the_file_is_json():

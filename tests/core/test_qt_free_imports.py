@@ -33,7 +33,7 @@ def test_core_packages_import_without_qt():
     )
     assert result.returncode == 0, result.stderr
     count, names = result.stdout.split(" ", 1)
-    assert "app.core.jobs" in names and "models.hardware" in names
+    assert "models.foundation.jobs" in names and "models.hardware" in names
     assert int(count) >= 6
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from app.core.quality_checks import (
     MeasureSettings, find_imatrix, imatrix_cache_path, imatrix_for_plan, measuring_source, quality_rows,
 )

@@ -18,8 +18,8 @@ import threading
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, EngineCrashed, LoadSettings
+from models.foundation.errors import QuantDeskError
 from tests.models.conftest import FAST_SETTINGS, smollm2_engine  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.smollm2

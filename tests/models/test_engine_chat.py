@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, LoadSettings
+from models.foundation.errors import QuantDeskError
 from tests.models.conftest import raw_greedy_reply
 
 pytestmark = pytest.mark.smollm2

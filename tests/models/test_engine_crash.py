@@ -13,10 +13,10 @@ import signal
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, EngineCrashed, LoadSettings
 from models.engine import fallback
 from models.engine.runtime import TEST_CRASH_ENV
+from models.foundation.errors import QuantDeskError
 
 pytestmark = pytest.mark.smollm2
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, LoadSettings
+from models.foundation.errors import QuantDeskError
 from tests.conftest import REPO_ROOT
 from tests.models.conftest import FAST_SETTINGS
 from tests.quantize.model_files import TinyLlama, write_dequantized_f16, write_tiny_llama

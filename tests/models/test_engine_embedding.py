@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from tests.models.conftest import FAST_SETTINGS
 
 pytestmark = [pytest.mark.smollm2, pytest.mark.slow]

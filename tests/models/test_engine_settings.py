@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine.gguf_info import read_model_info
 from models.engine.settings import LoadSettings, gpu_device_count, validate_settings
+from models.foundation.errors import QuantDeskError
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import json
 import numpy as np
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, LoadSettings
+from models.foundation.errors import QuantDeskError
 from tests.models.conftest import FAST_SETTINGS
 
 pytestmark = pytest.mark.smollm2

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions
+from models.foundation.errors import QuantDeskError
 from models.structured import constraint_for_schema, validation_errors
 from tests.conftest import REPO_ROOT
 from tests.models.conftest import raw_greedy_reply

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from llama_cpp import llama_chat_format
 
-from app.core.errors import QuantDeskError
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
 from models.engine.gguf_info import read_model_info
+from models.foundation.errors import QuantDeskError
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}],

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader, LlamaFileType
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
+from models.foundation.system_programs import reveal_command
 from models.gguf_header import read_gguf_header
-from app.core.system_programs import reveal_command
 from models.library import Library, quant_name
 from tests.models.library_gguf import write_gguf
 

@@ -22,10 +22,10 @@ import sys
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine.expert_offload import expert_layer_patterns, is_expert_tensor_of
 from models.engine.gguf_info import read_model_info
 from models.engine.settings import ALL_LAYERS, LoadSettings, validate_settings
+from models.foundation.errors import QuantDeskError
 from models.gguf_header import is_expert_tensor, read_gguf_header
 from models.memory_fit import FitSettings, parameters_text, predict_memory
 

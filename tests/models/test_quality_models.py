@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.quality import runner
 from models.quality.runner import MeasureOptions, evaluate, generate_imatrix
 from models.quality.text import EvalText, builtin_text
@@ -173,7 +173,7 @@ def test_a_model_against_itself_has_no_divergence(smollm2_gguf, text, tmp_path):
 def test_quant_against_source_and_the_base_pass_is_measured_once(smollm2_gguf, smollm2_f16, text, monkeypatch,
                                                                  capsys):
     from app.cli import main
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     modes = []
     real = runner.run_worker

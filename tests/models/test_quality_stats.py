@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.quality.base_data import BaseData, cache_path
 from models.quality.chunks import ChunkPlan, next_tokens, pieces, plan_chunks
 from models.quality.kld import (Comparison, PerplexityStats, QualityStats, base_rows, compare_rows,

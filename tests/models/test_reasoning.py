@@ -175,7 +175,7 @@ def test_templates_without_reasoning():
 
 
 def test_thinking_option_is_checked():
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
 
     for value in (None, True, False):
         assert ChatOptions.from_dict(ChatOptions(thinking=value).to_dict()).thinking is value

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine.settings import LoadSettings, validate_settings
+from models.foundation.errors import QuantDeskError
 from models.memory_fit import layer_devices
 from models.rpc.endpoints import DEFAULT_WORKER_PORT, parse_remote_devices
 from models.rpc.probe import PROTOCOL_VERSION, probe_worker, protocol_compatible

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, EngineCrashed, LoadSettings
+from models.foundation.errors import QuantDeskError
 from models.rpc.devices import rpc_available
 from tests.models.rpc_hosts import (Worker, free_port, netns_available, other_protocol_server,
                                     workers_on_hosts)

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from app.core.errors import QuantDeskError
 from models.engine import ChatOptions, EngineClient, LoadSettings
+from models.foundation.errors import QuantDeskError
 from models.rpc.devices import rpc_available
 from models.rpc.probe import probe_worker
 from models.rpc.tunnel import SSH_COMMAND_ENV

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.structured import (constraint_for_schema, plan_schema,
                                validation_errors)
-from models.structured.guidance import grammar_accepts
 from models.structured.formats import CHECKED_FORMATS, format_ok
+from models.structured.guidance import grammar_accepts
 from models.structured.validate import is_multiple, json_equal, validate
 from tests.conftest import REPO_ROOT
 from tests.models.structured_corpus import FORMAT_SAMPLES, CorpusGenerator
@@ -246,8 +246,8 @@ def test_refused_schemas_are_sentences_even_when_generating_anyway(name):
 DETERMINISM = r"""
 import hashlib, json, sys
 from models.structured import plan_schema
-from tests.models.structured_schemas import SUPPORTED
 from tests.models.structured_corpus import CorpusGenerator
+from tests.models.structured_schemas import SUPPORTED
 schemas = [s for _, s in SUPPORTED.values()] + [
     {"type": "object", "required": ["zeta", "alpha", "mid", "b", "a"]},
     {"type": "object", "properties": {"x": {}}, "required": ["q", "p", "x", "r"],

@@ -100,7 +100,7 @@ def test_every_build_has_the_rpc_backend_and_its_wheel_key_differs(monkeypatch):
 
 
 def test_a_wheel_cache_the_user_cannot_write_is_a_sentence(monkeypatch, tmp_path):
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
 
     build = _load("build")
     blocker = tmp_path / "a-file"

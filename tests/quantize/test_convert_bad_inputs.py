@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from quantize.convert import convert, open_hf_folder
 from tests.factory.checkpoints import write_tiny_checkpoint
 

@@ -8,7 +8,7 @@ import sys
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 
-from app.core.jobs import Progress
+from models.foundation.jobs import Progress
 from models.library import Library
 from quantize.convert import convert
 from tests.conftest import REPO_ROOT

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert import convert
 from quantize.convert.convert import convert_with_projector, mmproj_output_path
 from tests.factory.vision import write_tiny_vision_checkpoint

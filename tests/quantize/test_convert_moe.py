@@ -17,7 +17,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert import convert, open_hf_folder
 from quantize.convert.hf_source import permute_qk_rows
 from tests.factory.checkpoints import MOE_ARCHITECTURES, QWEN3_30B_A3B_CONFIG, write_tiny_checkpoint

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert import convert
 from quantize.convert.pretokenizer import identify_pre_tokenizer
 from tests.factory.checkpoints import write_tiny_checkpoint

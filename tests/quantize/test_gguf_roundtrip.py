@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T, GGUFReader, GGUFWriter
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from quantize.encode import encode_rows, tensor_bytes
 from quantize.gguf_output import PlannedTensor, write_gguf
 from quantize.gguf_source import GGUFSource

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T, GGUFReader, GGUFWriter
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.ftypes import FILE_TYPES
 from quantize.imatrix import load_imatrix
 from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model

@@ -19,8 +19,8 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from app.cli import main
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.library import Library
 from quantize.ftypes import FILE_TYPES
 from quantize.gguf_source import GGUFSource
@@ -39,7 +39,7 @@ TINY = {
     "f32-input": TinyLlama(n_layer=3, dtype="f32", seed=5),
     "bf16-input": TinyLlama(n_layer=3, tied=False, dtype="bf16", seed=6),
 }
-NO_IMATRIX_TYPES = [ft for ft in FILE_TYPES.values() if ft.name != "Q2_K_S"]
+NO_IMATRIX_TYPES = [ft for ft in FILE_TYPES.values() if not ft.needs_imatrix]
 
 
 @pytest.fixture(scope="module")

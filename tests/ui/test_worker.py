@@ -1,8 +1,8 @@
 """A core job run through the GUI worker: progress, result, cancel, and errors as sentences."""
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import Progress, check
 from app.ui.worker import JobWorker
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import Progress, check
 
 
 def counting_job(report, cancel, n=50):

@@ -52,7 +52,7 @@ class AttachmentStrip(QWidget):
         self.hide()
 
     def add(self, data: bytes) -> None:
-        """Attach a picture (raises :class:`~app.core.errors.QuantDeskError` if unusable)."""
+        """Attach a picture (raises :class:`~models.foundation.errors.QuantDeskError` if unusable)."""
         check_image(data)
         self.images.append(bytes(data))
         self._rebuild()

@@ -17,8 +17,8 @@ from PySide6.QtGui import QImage, QKeyEvent
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout,
                                QWidget)
 
-from app.core.errors import QuantDeskError
 from app.ui.chat.attachments import AttachmentStrip, png_of
+from models.foundation.errors import QuantDeskError
 
 
 class MessageBox(QPlainTextEdit):

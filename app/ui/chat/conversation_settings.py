@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 

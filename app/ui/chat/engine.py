@@ -31,10 +31,10 @@ from typing import Optional
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
-from app.core.errors import QuantDeskError
 from app.ui.worker import JobWorker, start_job
 from models.engine.reasoning import (NO_THINKING, ReasoningSplitter, ThinkingTemplate,
                                      reply_opens_reasoning, thinking_template)
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ChatEngine(QObject):
     """Loads a model and streams replies; one of each at a time."""
 
     loaded = Signal(object)      # LoadReport
-    load_progress = Signal(object)  # app.core.jobs.Progress: llama.cpp reading the tensors
+    load_progress = Signal(object)  # models.foundation.jobs.Progress: llama.cpp reading the tensors
     load_failed = Signal(str)
     reply_done = Signal(object)  # ReplyOutcome
     text_arrived = Signal()      # text is waiting for take_text (emitted from the worker)

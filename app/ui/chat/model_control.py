@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.projector import with_projector
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ class ModelControl:
             return
         if settings is None:
             settings = model_settings.load_settings_for(path)
-        if settings.mmproj is None or not Path(settings.mmproj).is_file():
-            settings = with_projector(path, settings)
+        settings = with_projector(path, settings)  # the chosen encoder, else the one beside
         self.composer.set_vision(False, "The model is loading.")
         self.panel.load_form.set_settings(settings)
         self.panel.progress.setRange(0, 0)  # busy until the first fraction arrives
@@ -126,7 +125,8 @@ class ModelControl:
             self.composer.set_vision(True)
         else:
             self.composer.set_vision(False, f"{Path(report.path).name} reads text only: no vision "
-                                            "encoder (mmproj file) was found beside it.")
+                                            "encoder (mmproj file) was found beside it or chosen for "
+                                            "it (Models page, Library: Vision encoder).")
         try:
             model_settings.remember_load_settings(report.path, report.settings)
         except QuantDeskError as exc:
@@ -168,7 +168,7 @@ class ModelControl:
         none is loaded; offer it (never swap silently: a load is slow and drops the other
         model's state) when another is; explain a file that has gone."""
         from app.core.conversation_model import LOAD, MISSING, OFFER, choose_conversation_model
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         self._clear_model_notice()
         engine = self.engine
@@ -227,7 +227,7 @@ def _machine_facts(path: Path):
     """The model's header, this machine's free RAM/VRAM and whether it needs the safe CPU
     kernels (disk and device queries, so run off the GUI thread)."""
     from models.engine.fallback import needs_safe_kernels
-    from models.memory_fit import free_memory
     from models.gguf_header import read_gguf_header
+    from models.memory_fit import free_memory
 
     return (read_gguf_header(path), *free_memory(), needs_safe_kernels())

@@ -28,7 +28,6 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QLineEdit, QSplitter, QVBoxLayout, QWidget
 
-from app.core.errors import QuantDeskError
 from app.ui.chat.composer import Composer
 from app.ui.chat.conversation_settings import ConversationSettings
 from app.ui.chat.engine import ChatEngine
@@ -41,6 +40,7 @@ from app.ui.chat.transcript import TranscriptView
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
 from app.ui.worker import JobWorker, start_job
+from models.foundation.errors import QuantDeskError
 
 SPLITTER_KEY = "chat_splitter_sizes"
 

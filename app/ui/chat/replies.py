@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from app.core.errors import QuantDeskError
 from app.ui.chat.engine import ReplyOutcome
+from models.foundation.errors import QuantDeskError
 
 # The GUI renders streamed text when it arrives, at most 20 times a second: smooth for
 # reading, and the GUI thread's share of a core while a reply streams stays ~2.5% (at 30 Hz

@@ -13,8 +13,8 @@ from typing import Optional
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.errors import QuantDeskError
 from app.ui.chat.transcript import SHOWN_AT_FIRST
+from models.foundation.errors import QuantDeskError
 
 
 class SavedConversations:

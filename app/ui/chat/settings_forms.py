@@ -192,7 +192,7 @@ class JsonModeForm(QWidget):
             QuantDeskError: The schema is not JSON, is malformed, or (Strict) uses
                 keywords the grammar cannot enforce (each listed) — before anything is sent.
         """
-        from app.core.errors import QuantDeskError
+        from models.foundation.errors import QuantDeskError
 
         if not self.enabled.isChecked():
             return dict(response_format="text")
@@ -240,7 +240,7 @@ class JsonModeForm(QWidget):
 def verdict_text(schema, strict: bool) -> str:
     """What the Structured output panel says of ``schema``: enforced exactly, or each
     keyword the grammar would not enforce and whether a request is refused for it."""
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.structured.constraint import constraint_for_schema
     from models.structured.schema_policy import schema_verdict
 

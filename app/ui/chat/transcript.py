@@ -469,8 +469,8 @@ class TranscriptView(QTextBrowser):
         elif url.scheme() in ("http", "https", "mailto"):
             # Through system_programs, not QDesktopServices: in the frozen app the
             # browser must start without the bundle's libraries on its search path.
-            from app.core.errors import QuantDeskError
-            from app.core.system_programs import open_with_default_app
+            from models.foundation.errors import QuantDeskError
+            from models.foundation.system_programs import open_with_default_app
 
             try:
                 open_with_default_app(link)

@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (
     QListView, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from app.core.errors import QuantDeskError
-from app.core.jobs import StageClock
 from app.core.quality_checks import MeasureSettings, imatrix_for_plan, measuring_source
+from models.foundation.errors import QuantDeskError
+from models.foundation.jobs import StageClock
 from app.core.quantize_queue import (
     DEFAULT_PATTERN, QuantizeInput, QuantizeQueue, QuantizeRequest, QueuedJob, default_output_folder,
     eta_text, inspect_input, run_quantize, saved_load_settings,

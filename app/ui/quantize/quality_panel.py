@@ -19,12 +19,12 @@ from PySide6.QtWidgets import (
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget,
 )
 
-from app.core.jobs import StageClock
 from app.core.quality_checks import MeasureSettings, QualityRow, check_quality, quality_rows
 from app.core.quantize_queue import eta_text
 from app.ui.quantize.quality_chart import QualityChart
 from app.ui.widgets.rows_model import Column, RowsTableModel, make_table
 from app.ui.worker import JobWorker, start_job
+from models.foundation.jobs import StageClock
 
 
 def _size(n: int) -> str:

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from app.core.errors import Cancelled, QuantDeskError
+from models.foundation.errors import Cancelled, QuantDeskError
 from app.core.server_settings import (
     LOOPBACK_HOST, MAX_PARALLEL, MAX_PORT, MIN_PORT, ServerSettings, load_server_settings,
     save_server_settings,
@@ -464,10 +464,11 @@ class ServerPage(Page):
         runs: a model the chat loads from now on goes through the pool's ``release`` and
         ``adopt`` in order, on the chat's load thread.
         """
+        from app.core.model_settings import load_settings_for
         from models.server.engine_pool import EnginePool
 
         self._serving = settings
-        pool = EnginePool(parallel=settings.parallel or None,
+        pool = EnginePool(load_settings_for, parallel=settings.parallel or None,
                           idle_unload_seconds=settings.idle_unload_minutes * 60)
         chat = self._chat_engine()
         lent = None

@@ -21,12 +21,12 @@ from PySide6.QtWidgets import (
     QSpinBox, QWidget,
 )
 
-from app.core.errors import QuantDeskError
 from app.ui.pages import Page
 from app.ui.widgets.banner import MessageBanner
 from app.ui.widgets.confirm import confirm as ask
 from app.ui.widgets.page_frame import field_with_button, page_layout
 from app.ui.worker import JobWorker, start_job
+from models.foundation.errors import QuantDeskError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class SettingsPage(Page):
 
     # ----------------------------------------------------------------- folders
     def _folders_box(self) -> QGroupBox:
-        from app.core.paths import app_paths
+        from models.foundation.paths import app_paths
 
         box = QGroupBox("Folders")
         form = QFormLayout(box)
@@ -129,7 +129,7 @@ class SettingsPage(Page):
         Models already on disk are not moved; the Library of the new folder lists what it
         holds, and the old folder's models can be imported from where they are.
         """
-        from app.core.paths import MODELS_FOLDER_KEY, app_paths
+        from models.foundation.paths import MODELS_FOLDER_KEY, app_paths
 
         if folder is not None:
             try:
@@ -151,7 +151,7 @@ class SettingsPage(Page):
                                  "import them from the Library if you want them listed.", level="info")
 
     def open_folder(self, folder: Path) -> None:
-        from app.core.system_programs import open_in_file_manager
+        from models.foundation.system_programs import open_in_file_manager
 
         try:
             folder.mkdir(parents=True, exist_ok=True)

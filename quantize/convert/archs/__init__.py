@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.source import MetadataEntry
 
 #: HF module path inside a decoder layer → GGUF tensor base name, shared by every family

@@ -11,7 +11,7 @@ vision tower out; keys their ``text_config`` omits take transformers' defaults.
 
 from __future__ import annotations
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs import Architecture, register
 from quantize.convert.archs.gemma_common import GEMMA_LAYER_OVERRIDES, check_attention_scale
 from quantize.convert.archs.hparams import f32, sliding_rope_theta, sliding_window_entries

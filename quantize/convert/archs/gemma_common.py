@@ -7,7 +7,7 @@ so every ``*norm.weight`` gets +1 (``norm_offset``). Gemma's sandwich norms map
 
 from __future__ import annotations
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs.hparams import head_dim
 
 GEMMA_LAYER_OVERRIDES = {"post_attention_layernorm": "post_attention_norm"}

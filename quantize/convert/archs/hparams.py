@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 
 from quantize.ggml_types import GGUFValueType
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.source import MetadataEntry
 
 U32, F32, STR, BOOL, ARR = (GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs.hparams import EXPERTS_USED_NAMES, expert_count, find, head_dim, u32
 
 

@@ -10,7 +10,7 @@ clipping, which its graph does not apply.
 
 from __future__ import annotations
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs import MLP_EXPERTS, Architecture, register
 from quantize.convert.archs.moe import check_routing
 

@@ -9,7 +9,7 @@ converted yet and are refused.
 
 from __future__ import annotations
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs import Architecture, register
 from quantize.convert.archs.hparams import find, require, rope_parameters, u32
 

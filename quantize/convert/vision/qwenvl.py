@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from quantize.convert.archs.hparams import f32, u32
 from quantize.convert.vision import Piece, VisionFamily, register
 from quantize.ggml_types import GGUFValueType

@@ -7,11 +7,11 @@ import os
 import stat
 
 from app.cli import main
-from app.core.paths import app_paths
+from models.foundation.paths import app_paths
 from models.hub import auth
 from tests.models.hub.conftest import GATED_TOKEN
-from tests.models.library_gguf import write_gguf
 from tests.models.hub_server import HubFile, HubRepo
+from tests.models.library_gguf import write_gguf
 
 
 def test_search_prints_a_table(hub, capsys):

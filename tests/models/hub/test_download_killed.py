@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.core.paths import app_paths
+from models.foundation.paths import app_paths
 from models.hub.transfer import local_target, part_path, sidecar_path
 from tests.conftest import REPO_ROOT
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
-from app.core.paths import app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.paths import app_paths
 from models.hub import auth
 from models.hub.downloads import (
     DownloadManager, download_plan, incomplete_downloads, plan_pull, parse_pull_spec,

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.hub.details import model_details, projector_for, quant_of, shard_of
 from models.hub.search import search_models
 from tests.models.hub.conftest import GATED_TOKEN

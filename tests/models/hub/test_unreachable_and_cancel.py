@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken
 from models.hub.details import model_details
 from models.hub.search import search_models
 from models.hub.transfer import RemoteFile, RetryPolicy, fetch_file, part_path

@@ -326,7 +326,7 @@ def test_a_foreign_host_is_refused(server):
 
 
 def test_no_key_on_a_network_address_is_refused(pool, library):
-    from app.core.errors import QuantDeskError
+    from models.foundation.errors import QuantDeskError
     from models.server.config import ServerConfig
     from models.server.controller import ServerController
 

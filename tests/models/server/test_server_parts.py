@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.server.api_key import (api_key_path, forget_api_key, generate_api_key, load_api_key,
                                    save_api_key)
 from models.server.app import allowed_host_names, host_name

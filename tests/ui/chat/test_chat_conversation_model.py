@@ -225,7 +225,7 @@ def test_a_relative_model_path_is_found_in_the_library_once_its_list_arrives(qtb
 
 @pytest.mark.smollm2
 def test_a_relative_model_path_in_the_models_folder_is_loaded(qtbot, smollm2_gguf, shared_engine):
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     folder = app_paths().ensure().models
     copy = second_model_file(smollm2_gguf, folder)

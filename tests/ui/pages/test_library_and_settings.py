@@ -64,7 +64,7 @@ def test_library_lists_sorts_filters_and_acts(qtbot, window, tiny_ggufs, tmp_pat
     assert library.select_path(str(Path(inside).resolve()))
     assert not library.buttons["Quantize"].isEnabled()  # already quantized
     revealed = []
-    monkeypatch.setattr("app.core.system_programs.open_in_file_manager", revealed.append)
+    monkeypatch.setattr("models.foundation.system_programs.open_in_file_manager", revealed.append)
     library.buttons["Show in folder"].click()
     assert revealed == [Path(inside).resolve()]
     opened = []
@@ -115,8 +115,8 @@ def test_settings_token_is_private_and_tested_with_whoami(qtbot, window, hub):
 
 
 def test_settings_endpoint_theme_defaults_folders_and_sessions(qtbot, window, monkeypatch, tmp_path):
-    from app.core.paths import app_paths
     from app.core.preferences import Preferences
+    from models.foundation.paths import app_paths
 
     monkeypatch.setenv("HF_ENDPOINT", "http://example.invalid")  # restored after the test
     page = window.show_page("Settings")

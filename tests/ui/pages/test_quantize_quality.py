@@ -78,7 +78,7 @@ def test_imatrix_stage_quantize_with_it_check_quality_and_see_it_everywhere(
         qtbot, window, smollm2_f16, tmp_path, passes, monkeypatch):
     from gguf import GGUFReader
 
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
     from models.library import Library
 
     page = _open(qtbot, window, smollm2_f16, tmp_path)
@@ -174,7 +174,7 @@ def test_imatrix_stage_quantize_with_it_check_quality_and_see_it_everywhere(
 
 def test_cancelling_a_quality_check_reaches_the_gui_and_stores_nothing(
         qtbot, window, smollm2_f16, tmp_path, monkeypatch):
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
     from models.library import Library
 
     page = _open(qtbot, window, smollm2_f16, tmp_path, chunks=0)  # the whole text: many decodes
@@ -209,7 +209,7 @@ def test_cancelling_a_quality_check_reaches_the_gui_and_stores_nothing(
 
 def test_cancelling_the_imatrix_stage_leaves_no_matrix_and_no_output(
         qtbot, window, smollm2_f16, tmp_path, monkeypatch):
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     page = _open(qtbot, window, smollm2_f16, tmp_path, chunks=0)
     _set_imatrix_mode(qtbot, page, "make")

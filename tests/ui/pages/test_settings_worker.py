@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 from models.rpc.devices import rpc_available
 from tests.conftest import REPO_ROOT
 from tests.models.rpc_hosts import free_port

@@ -219,7 +219,7 @@ def library_model(model: Path) -> Path:
     """``model`` in the Library's folder (a hard link, else a copy)."""
     import shutil
 
-    from app.core.paths import app_paths
+    from models.foundation.paths import app_paths
 
     target = app_paths().ensure().models / model.name
     try:

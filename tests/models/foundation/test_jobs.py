@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from app.core.errors import Cancelled, QuantDeskError
-from app.core.jobs import CancelToken, Progress, ProgressReporter, StageClock, atomic_output, check
+from models.foundation.errors import Cancelled, QuantDeskError
+from models.foundation.jobs import CancelToken, Progress, ProgressReporter, StageClock, atomic_output, check
 
 
 def test_progress_fraction_is_clamped_and_unknown_without_total():
@@ -95,7 +95,7 @@ def test_atomic_output_waits_out_a_short_lock_on_the_target(tmp_path, monkeypatc
     target = tmp_path / "model.gguf"
     target.write_bytes(b"old")
     replace, calls = _busy_replace(times=3)  # a virus scanner's moment, say
-    monkeypatch.setattr("app.core.jobs.os.replace", replace)
+    monkeypatch.setattr("models.foundation.jobs.os.replace", replace)
     with atomic_output(target) as tmp:
         tmp.write_bytes(b"new")
     assert target.read_bytes() == b"new" and calls["n"] == 4
@@ -106,8 +106,8 @@ def test_a_target_held_open_is_a_sentence_and_the_finished_file_is_kept(tmp_path
     target = tmp_path / "model.gguf"
     target.write_bytes(b"old")
     replace, _ = _busy_replace(times=10**9)
-    monkeypatch.setattr("app.core.jobs.os.replace", replace)
-    monkeypatch.setattr("app.core.jobs.REPLACE_PATIENCE_S", 0.3)
+    monkeypatch.setattr("models.foundation.jobs.os.replace", replace)
+    monkeypatch.setattr("models.foundation.jobs.REPLACE_PATIENCE_S", 0.3)
     with pytest.raises(QuantDeskError) as caught:
         with atomic_output(target) as tmp:
             tmp.write_bytes(b"an hour of quantizing")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from app.core.errors import Cancelled, QuantDeskError
+from models.foundation.errors import Cancelled, QuantDeskError
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class CancelToken:
 
     A thin wrapper over :class:`threading.Event` so that any thread (the GUI's Cancel
     button, a signal handler in the CLI) can cancel, and the job raises
-    :class:`~app.core.errors.Cancelled` at its next check.
+    :class:`~models.foundation.errors.Cancelled` at its next check.
     """
 
     def __init__(self) -> None:

@@ -12,7 +12,7 @@ import logging.handlers
 from pathlib import Path
 from typing import Optional
 
-from app.core.paths import AppPaths, app_paths
+from models.foundation.paths import AppPaths, app_paths
 
 LOG_FILE_NAME = "quantdesk.log"
 _FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"

@@ -21,7 +21,7 @@ ordinary user's ``PATH`` leaves out on Debian although anyone may run what is th
 (``ldconfig``, which the ``.deb`` build asks for the system's libraries). So a program runs
 the same for a normal user as for root.
 
-Qt-free, and standard library only (besides :mod:`app.core.errors`): the installer build
+Qt-free, and standard library only (besides :mod:`models.foundation.errors`): the installer build
 scripts in ``packaging/`` import it with the system's Python.
 """
 
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional, Sequence
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 #: Variables the PyInstaller bootloader sets, each saving the user's value as NAME_ORIG.
 BOOTLOADER_VARIABLES = ("LD_LIBRARY_PATH", "LIBPATH", "DYLD_LIBRARY_PATH")

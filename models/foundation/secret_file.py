@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from app.core.errors import QuantDeskError
+from models.foundation.errors import QuantDeskError
 
 
 def write_secret(path: Path, secret: str) -> Path:

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import QuantDeskError
-from app.core.logs import LOG_FILE_NAME, setup_logging
-from app.core.paths import HOME_ENV, app_paths
+from models.foundation.errors import QuantDeskError
+from models.foundation.logs import LOG_FILE_NAME, setup_logging
+from models.foundation.paths import HOME_ENV, app_paths
 
 
 def test_home_variable_relocates_every_folder(tmp_path):

@@ -21,8 +21,8 @@ from typing import Mapping, Optional
 
 import platformdirs
 
-from app import APP_NAME
-from app.core.errors import QuantDeskError
+from models.foundation import APP_NAME
+from models.foundation.errors import QuantDeskError
 
 HOME_ENV = "QUANTDESK_HOME"
 
