@@ -71,7 +71,7 @@ from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
-from models.engine.speculation import LookupDrafter
+from models.engine.speculation import LookupDrafter, StepCost
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import position_after
 from models.foundation.errors import QuantDeskError
@@ -104,7 +104,8 @@ class Reply:
 
     def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
                  model: Any, stats: ChatStats, started: float, opens_reasoning: bool,
-                 constraint: Any = None, images: Any = None) -> None:
+                 constraint: Any = None, images: Any = None,
+                 step_cost: Optional[StepCost] = None) -> None:
         self.id = request["id"]
         self.images = images  # the prompt's image chunks (vision.ImagePrompt), or None
         self.lane = request["lane"]
@@ -127,7 +128,8 @@ class Reply:
         self.draft: list[int] = []
         self.drafter: Optional[LookupDrafter] = None
         if options.speculative == "prompt_lookup" and images is None:
-            self.drafter = LookupDrafter(options.draft_tokens, options.ngram_size, model.n_ctx)
+            self.drafter = LookupDrafter(options.draft_tokens, options.ngram_size, model.n_ctx,
+                                         step_cost or StepCost())
         self.prefill_end = 0.0
         self.first_token_at = 0.0
         self.last_token_at = 0.0
@@ -198,6 +200,9 @@ class BatchScheduler:
         self.last_flush = 0.0  # when the replies' text last went out on the timer
         # Images whose positions differ from their tokens (M-RoPE), by placeholder id.
         self.image_positions: dict[int, tuple[int, int]] = {}
+        # What a step's tokens cost, measured on the steps that read no prompt: how long
+        # the replies' drafts may be (speculation.py).
+        self.step_cost = StepCost()
 
     def _position(self, slot: Slot, count: Optional[int] = None) -> int:
         """The KV position after the first ``count`` of ``slot``'s tokens (all of them by
@@ -400,7 +405,7 @@ class BatchScheduler:
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
         reply = Reply(request, options, tokens, slot, self.model, stats, started,
-                      prompt_opens_reasoning(text), constraint, images)
+                      prompt_opens_reasoning(text), constraint, images, self.step_cost)
         slot.reply = reply
 
     def _place(self, tokens: list[int], request: dict, free: list[Slot],
@@ -542,11 +547,14 @@ class BatchScheduler:
                 rows.append((reply, n + count - 1, count))
                 n += count
         batch.n_tokens = n
+        decoding = time.perf_counter()
         code = llama_cpp.llama_decode(self.ctx, batch)
         if code != 0:
             self._failed_step(rows, code)
             return
         now = time.perf_counter()
+        if not any(reply.reading_prompt for reply, _, _ in rows):
+            self.step_cost.add(n, now - decoding)
         for reply, row, count in rows:
             slot = reply.slot
             if reply.reading_prompt:

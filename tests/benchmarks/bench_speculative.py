@@ -23,7 +23,9 @@ left out. Printed per configuration: the median of the ratios within pairs with 
 (``timing.paired_ratio``), drafted and accepted tokens, and whether the greedy replies with
 and without speculation were identical in every pair (they must be).
 
-Both servers get the same GGUF (SmolLM2-135M-Instruct unless a path is given), threads
+Both servers get the same GGUF (SmolLM2-135M-Instruct unless a path is given; ``--f32``
+serves its weights dequantized to F32 instead: four times the bytes per step, which makes a
+step bound by reading the weights as a larger model's is, rather than by arithmetic), threads
 (``--threads``, 1 by default: on a 2-core machine shared with other work, two threads that
 wait for each other at every barrier lose more to preemption than they gain), context per
 slot 4096, batch 512, and flash attention on (``--no-flash-attention`` for off: llama.cpp's
@@ -32,7 +34,7 @@ then change at a near-tie).
 
 Run: ``.venv/bin/python tests/benchmarks/bench_speculative.py [MODEL.gguf] [--runs N]
 [--clients 1,4] [--workloads edit,chat] [--spec-types ngram-simple,...] [--threads N]
-[--llama-tools DIR] [--no-llama-server]``.
+[--f32] [--llama-tools DIR] [--no-llama-server]``.
 """
 
 from __future__ import annotations
@@ -197,6 +199,8 @@ def main() -> int:
     parser.add_argument("--spec-types", default=",".join(SPEC_TYPES))
     parser.add_argument("--screen-runs", type=int, default=1,
                         help="edit replies per llama-server mode when choosing its best")
+    parser.add_argument("--f32", action="store_true",
+                        help="serve the model's weights dequantized to F32")
     parser.add_argument("--no-flash-attention", action="store_true")
     parser.add_argument("--no-llama-server", action="store_true")
     llama_tools.add_argument(parser)
@@ -209,20 +213,24 @@ def main() -> int:
     flash = not args.no_flash_attention
     clients = [int(c) for c in args.clients.split(",")]
     workloads = args.workloads.split(",")
-    tools = None if args.no_llama_server else llama_tools.build_tools(args.llama_tools)
-    print(f"== {model.name}, {args.threads} thread(s), context {bench_server.CONTEXT_PER_SLOT} "
-          f"per slot, flash attention {'on' if flash else 'off'}, greedy; "
-          f"{llama_tools.machine_line()}", flush=True)
+    tools = None if args.no_llama_server else llama_tools.require_tools(
+        args.llama_tools, needed=("llama-server",))
     mismatches = 0
     best = None
     with tempfile.TemporaryDirectory() as folder, httpx.Client(timeout=1800) as http:
-        model_id = bench_server.prepare_home(Path(folder), model, args.threads, flash)
+        if args.f32:
+            from tests.quantize.model_files import write_dequantized_f16
+            model = write_dequantized_f16(model, Path(folder) / f"{model.stem}-F32.gguf", "f32")
+        model_id = bench_server.prepare_home(Path(folder) / "home", model, args.threads, flash)
+        print(f"== {model.name}, {args.threads} thread(s), context "
+              f"{bench_server.CONTEXT_PER_SLOT} per slot, flash attention "
+              f"{'on' if flash else 'off'}, greedy; {llama_tools.machine_line()}", flush=True)
         if tools is not None and "edit" in workloads:
             print("-- llama-server's modes on the edit workload, 1 client:", flush=True)
             best = best_spec_type(http, tools, model, model_id, args.spec_types.split(","),
                                   args.threads, flash, args.screen_runs)
         for count in clients:
-            servers = [bench_server.start_ours(Path(folder), model_id, count)]
+            servers = [bench_server.start_ours(Path(folder) / "home", model_id, count)]
             try:
                 if tools is not None:
                     servers.append(bench_server.start_llama_server(

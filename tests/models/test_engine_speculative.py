@@ -70,26 +70,53 @@ def test_find_draft_matches_a_brute_force_search():
         assert find_draft(np.array(history, dtype=np.intc), ngram, limit, 2) == expected, history
 
 
-def test_drafts_grow_while_kept_and_pause_while_they_fail():
-    from models.engine.speculation import FIRST_LENGTH, LookupDrafter
+def test_step_cost_is_fitted_from_step_times(monkeypatch):
+    from models.engine.speculation import COST_ENV, FIRST_EXTRA_COST, StepCost
 
-    drafter = LookupDrafter(max_length=16, max_ngram=3, capacity=100)
+    monkeypatch.delenv(COST_ENV)  # the tests pin it (tests/conftest.py); measured here
+    cost = StepCost()
+    for _ in range(20):
+        cost.add(1, 0.010)  # all steps of one size: nothing to fit yet
+    assert cost.extra == FIRST_EXTRA_COST
+    for _ in range(20):  # a step costs 10 ms plus 1 ms per token more than one
+        for tokens in (1, 4, 9):
+            cost.add(tokens, 0.010 + 0.001 * (tokens - 1))
+    assert cost.extra == pytest.approx(0.1, rel=0.01)
+    for _ in range(300):  # the machine got busy: each token costs as much as a step
+        for tokens in (1, 3):
+            cost.add(tokens, 0.020 * tokens)
+    assert cost.extra == pytest.approx(1.0, rel=0.05)
+
+
+def test_draft_length_pays_for_itself():
+    from models.engine.speculation import best_length
+
+    assert best_length(0.98, 0.05, 16) == 16  # a reply that copies, cheap tokens: long drafts
+    assert 0 < best_length(0.9, 0.3, 16) < 16
+    assert best_length(0.3, 0.3, 16) == 0  # guesses rarely kept: none at all
+    assert best_length(0.9, 1.0, 16) == 0  # each token as dear as a step: plain is best
+
+
+def test_drafts_follow_acceptance_and_look_again_after_rests():
+    from models.engine.speculation import StepCost, LookupDrafter
+
+    cheap = StepCost()
+    cheap.extra = 0.05
+    drafter = LookupDrafter(max_length=8, max_ngram=3, capacity=100, cost=cheap)
     copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-    assert drafter.propose(copy, [1, 2], room=50) == copy[2:2 + FIRST_LENGTH]
-    drafter.update(FIRST_LENGTH, FIRST_LENGTH)  # kept whole: twice as long next time
-    assert drafter.propose(copy, [1, 2], room=50) == copy[2:2 + 2 * FIRST_LENGTH]
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:8]  # optimistic at first
     assert drafter.propose(copy, [1, 2], room=3) == copy[2:5]  # never past the room
-    drafter.update(8, 2)  # two kept: a draft of three next
-    assert len(drafter.propose(copy, [1, 2], room=50)) == 3
     assert drafter.propose(copy, [12, 1], room=50) == []  # a single token is no match
-    drafter.update(3, 0)
-    drafter.update(1, 0)  # two misses in a row: one step without a draft
-    assert drafter.propose(copy, [1, 2], room=50) == []
-    assert drafter.propose(copy, [1, 2], room=50) != []
-    drafter.update(1, 0)
-    drafter.update(1, 0)  # failing again: a rest twice as long
-    assert [drafter.propose(copy, [1, 2], room=50) for _ in range(3)][:2] == [[], []]
-    assert (drafter.drafted, drafter.accepted) == (4 + 8 + 3 + 1 + 1 + 1, 4 + 2)
+    for _ in range(8):
+        drafter.update(4, 0)  # every guess wrong: not worth drafting
+    assert drafter.acceptance < 0.1
+    looks = [drafter.propose(copy, [1, 2], room=50) for _ in range(8)]
+    # A short look at once, then after a rest of 1 step, then of 2, then of 4.
+    assert [len(d) for d in looks] == [2, 0, 2, 0, 0, 2, 0, 0]
+    for _ in range(8):
+        drafter.update(8, 8)  # copying again
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]
+    assert (drafter.drafted, drafter.accepted) == (8 * 4 + 8 * 8, 8 * 8)
 
 
 def test_greedy_reply_is_unchanged_and_drafts_are_accepted(smollm2_engine):
