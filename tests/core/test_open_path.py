@@ -61,6 +61,24 @@ def test_command_line_path_argument():
     assert open_path_argument([], commands) is None
 
 
+def test_a_word_that_is_no_command_and_no_path_is_an_unknown_command(tmp_path, capsys,
+                                                                      monkeypatch):
+    from app import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evl", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'evl'" in err and "Did you mean `quantdesk eval`?" in err
+    assert cli.main(["zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'zzzz'" in err and "Did you mean" not in err
+    commands = {"chat", "eval"}
+    (tmp_path / "evl").mkdir()  # a folder of that name here: a path to open, as before
+    assert cli.unknown_command(["evl"], commands) is None
+    for path_like in ("evl.gguf", "models/evl", "~/evl", "--help", "chat"):
+        assert cli.unknown_command([path_like], commands) is None
+
+
 def test_open_path_without_display_says_what_to_run(tmp_path, capsys, monkeypatch):
     from app import cli
 
