@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from models.foundation.errors import QuantDeskError
 
@@ -68,10 +68,52 @@ def find_projector(model_path: Path | str) -> Optional[Path]:
     return None
 
 
+def projector_to_load(model_path: Path | str, chosen: Optional[str] = None) -> Optional[Path]:
+    """The vision encoder ``model_path`` loads with: ``chosen`` (the one chosen on the Models
+    page and remembered with the model's load settings, or ``--mmproj``) while that file
+    is there, else the one beside it (:func:`find_projector`); ``None`` for text only."""
+    if chosen and Path(chosen).is_file():
+        return Path(chosen)
+    return find_projector(model_path)
+
+
 def with_projector(model_path: Path | str, settings):
-    """``settings`` (:class:`~models.engine.settings.LoadSettings`) naming the mmproj beside
-    ``model_path``, or none when there is none."""
+    """``settings`` (:class:`~models.engine.settings.LoadSettings`) naming the mmproj
+    ``model_path`` loads with (:func:`projector_to_load`), or none when there is none."""
     from dataclasses import replace
 
-    projector = find_projector(model_path)
+    projector = projector_to_load(model_path, settings.mmproj)
     return replace(settings, mmproj=str(projector) if projector is not None else None)
+
+
+def input_modalities(model_path: Path | str, chosen: Optional[str] = None) -> list[str]:
+    """What ``model_path`` reads when loaded with :func:`projector_to_load`'s encoder:
+    ``text``, then ``image`` and ``audio`` as the encoder's own header says."""
+    from models.engine.gguf_info import read_projector_info
+
+    try:
+        projector = projector_to_load(model_path, chosen)
+        info = read_projector_info(projector) if projector is not None else None
+    except QuantDeskError:
+        return ["text"]
+    return ["text"] + (["image"] if info and info.vision else []) + (["audio"] if info and info.audio else [])
+
+
+def matching_projectors(model_path: Path | str, others: Iterable[Path | str] = ()) -> list[Path]:
+    """The vision encoders that pair with ``model_path`` (embeddings of its width): those
+    beside it, best first (:func:`projector_candidates`), then ``others`` (e.g. the
+    Library's other mmproj files), each once. What the Models page offers to choose from."""
+    from models.engine.gguf_info import read_model_info, read_projector_info
+
+    model = read_model_info(model_path)
+    out: list[Path] = []
+    for candidate in [*projector_candidates(model_path), *map(Path, others)]:
+        candidate = candidate.resolve()
+        if candidate in out or candidate == Path(model_path).resolve():
+            continue
+        try:
+            if read_projector_info(candidate, model).vision:
+                out.append(candidate)
+        except QuantDeskError:
+            continue  # another model's encoder, or no encoder at all
+    return out

@@ -143,6 +143,10 @@ def model_hparams(arch: str, metadata: Sequence[MetadataEntry], description: str
     Raises:
         QuantDeskError: ``{arch}.block_count`` is missing.
     """
+    if arch == "clip":
+        # A vision/audio encoder (mmproj): llama.cpp loads no hyper-parameters for it
+        # (llama_model::load_hparams returns before them), so its counts are all 0.
+        return ModelHParams(arch=arch, n_layer_all=0)
     entries = {e.key: e for e in metadata}
     n_layer = _value(entries, f"{arch}.block_count")
     if n_layer is None:

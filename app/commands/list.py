@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from models.foundation.errors import QuantDeskError
-
 
 def _print_unfinished(models_dir) -> None:
     from models.hub.downloads import incomplete_downloads
@@ -27,11 +25,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"No models yet in {library.models_dir}. Try `quantdesk search` and `quantdesk pull`.")
         return 0
     print(f"{'NAME':<32} {'ARCH':<10} {'PARAMS':>7} {'QUANT':<8} {'CTX':>7} {'SIZE':>9} {'SOURCE':<10} PATH")
-    from models.projector import find_projector
-
     for m in models:
         ctx = str(m.context_length) if m.context_length else "-"
-        reads = "" if m.is_projector or m.kind != "gguf" or m.error else _modalities(m, find_projector)
+        reads = "" if m.is_projector or m.kind != "gguf" or m.error else _modalities(m)
         active = parameters_text(m.parameters, m.active_parameters)
         print(f"{m.name[:32]:<32} {(m.architecture or '?')[:10]:<10} {parameters_text(m.parameters):>7} "
               f"{(m.quant or '-')[:8]:<8} {ctx:>7} {m.size / 2**30:7.2f}GB {m.source:<10} {m.path}"
@@ -42,12 +38,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _modalities(model, find_projector) -> str:
-    """`` (reads images)`` for a model whose vision encoder is beside it."""
-    try:
-        return "  (reads images)" if find_projector(model.path) is not None else ""
-    except QuantDeskError:
-        return ""
+def _modalities(model) -> str:
+    """`` (reads images)`` for a model that loads with a vision encoder (the one chosen on
+    the Models page, else the one beside it)."""
+    from app.core.model_settings import load_settings_for
+    from models.projector import input_modalities
+
+    return "  (reads images)" if "image" in input_modalities(model.path, load_settings_for(model.path).mmproj) else ""
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -66,6 +66,24 @@ def remember_load_settings(model: Path | str, settings: LoadSettings, preference
     prefs.set(LOAD_KEY, values)
 
 
+def choose_projector(model: Path | str, projector: Path | str, preferences=None) -> Path:
+    """Remember ``projector`` as the vision encoder ``model`` loads with (the Chat page and
+    the server then load it; the next load of a loaded model). Returns its path.
+
+    Raises:
+        QuantDeskError: It is not an mmproj file, or it makes embeddings of another width
+            than the model reads (the sentence names both numbers).
+    """
+    from dataclasses import replace
+
+    from models.engine.gguf_info import read_model_info, read_projector_info
+
+    info = read_projector_info(projector, read_model_info(model))
+    remember_load_settings(model, replace(load_settings_for(model, preferences), mmproj=str(info.path)),
+                           preferences)
+    return info.path
+
+
 def sampling_of(options: ChatOptions) -> dict[str, Any]:
     """The preset fields of ``options`` as plain values."""
     values = asdict(options)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from models.foundation.errors import QuantDeskError
 from models.library import Library, LibraryModel
 
 _SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$", re.IGNORECASE)
@@ -73,19 +72,17 @@ def _template_at(path: str, mtime: float) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _modalities_at(path: str, folder_mtime: float) -> tuple[str, ...]:
-    from models.projector import find_projector
+def _modalities_at(path: str, chosen: Optional[str], folder_mtime: float) -> tuple[str, ...]:
+    from models.projector import input_modalities as read_modalities
 
-    try:
-        return ("text", "image") if find_projector(path) is not None else ("text",)
-    except QuantDeskError:
-        return ("text",)
+    return tuple(read_modalities(path, chosen))
 
 
-def input_modalities(path: Any) -> list[str]:
-    """What a model reads: ``text``, and ``image`` when a vision encoder (mmproj) that fits
-    it is beside it; looked up again when its folder changes."""
-    return list(_modalities_at(str(path), os.path.getmtime(Path(path).parent)))
+def input_modalities(path: Any, chosen: Optional[str] = None) -> list[str]:
+    """What a model reads: ``text``, and ``image`` when it loads with a vision encoder
+    (``chosen``, its load settings' mmproj, while that file is there; else one that fits
+    it beside it); looked up again when its folder changes."""
+    return list(_modalities_at(str(path), chosen, os.path.getmtime(Path(path).parent)))
 
 
 def template_of(path: Any) -> Optional[str]:

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from models.engine.reasoning import ReasoningSplitter, reply_opens_reasoning
 from models.foundation.errors import QuantDeskError
 from models.images import has_images
-from models.server.catalog import ServedModel, find_model, template_of
+from models.server.catalog import ServedModel, find_model, input_modalities, template_of
 from models.server.config import ServerConfig
 from models.server.engine_pool import EnginePool, PooledEngine
 from models.server.errors import ApiError, from_quantdesk_error, internal_error
@@ -505,6 +505,17 @@ class ServerCore:
                                 "GET /v1/models lists the ids to use (or run `quantdesk list`).",
                            param="model", code="model_not_found")
         return model
+
+    def input_modalities(self, model: ServedModel) -> list[str]:
+        """What ``model`` reads (``/v1/models``, Ollama's capabilities): loaded, what its
+        vision encoder reads, if it has one; not loaded, what the encoder it would load
+        with reads (its load settings' mmproj, e.g. ``--mmproj``, else the one beside it)."""
+        if model.embedding:
+            return ["text"]
+        entry = self.pool.peek(model.path)
+        if entry is not None:
+            return input_modalities(model.path, entry.projector) if entry.projector else ["text"]
+        return input_modalities(model.path, getattr(self.pool.settings_for(model.path), "mmproj", None))
 
     async def engine(self, model: ServedModel) -> PooledEngine:
         """The model's engine, loading it when needed (in a thread: loads take seconds)."""

@@ -73,10 +73,15 @@ class PooledEngine:
         return bool(report is not None and getattr(report.settings, "embedding", False))
 
     @property
+    def projector(self) -> Optional[str]:
+        """The vision encoder (mmproj file) the model was loaded with, if any."""
+        report = self.client.last_load
+        return getattr(report.settings, "mmproj", None) if report is not None else None
+
+    @property
     def reads_images(self) -> bool:
         """Whether the model was loaded with a vision encoder (an mmproj)."""
-        report = self.client.last_load
-        return bool(report is not None and getattr(report.settings, "mmproj", None))
+        return bool(self.projector)
 
     @property
     def context_per_slot(self) -> int:
@@ -247,8 +252,8 @@ class EnginePool:
         settings = self.settings_for(path)
         if _is_embedding_model(path):
             settings = replace(settings, embedding=True, parallel=1)
-        elif settings.mmproj is None or not Path(settings.mmproj).is_file():
-            from models.projector import with_projector  # an image-text model's encoder, beside it
+        else:
+            from models.projector import with_projector  # the chosen encoder, else the one beside
 
             settings = with_projector(path, settings)  # (a remembered one may have moved)
         slots = self._slots(path, settings, (1,) if settings.embedding else None)

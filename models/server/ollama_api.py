@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD
-from models.server.catalog import input_modalities, served_models, template_of
+from models.server.catalog import served_models, template_of
 from models.server.core import Generation, ServerCore, read_json_body
 from models.server.errors import ApiError
 from models.server.images import image_from_base64, joined
@@ -229,7 +229,7 @@ def routes(core: ServerCore) -> list[Route]:
         if model.embedding:
             return ["embedding"]
         template = template_of(model.path) or ""
-        vision = ["vision"] if "image" in input_modalities(model.path) else []
+        vision = ["vision"] if "image" in core.input_modalities(model) else []
         return ["completion", "tools"] + (["thinking"] if "<think>" in template else []) + vision
 
     def describe(model: Any) -> dict:

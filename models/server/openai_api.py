@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from models.engine.options import MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD, SWITCH_NAMES
-from models.server.catalog import input_modalities, served_models
+from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
                                 run_blocking)
 from models.server.errors import ApiError
@@ -479,7 +479,7 @@ def routes(core: ServerCore) -> list[Route]:
         return {"id": model.id, "object": "model", "created": model.created,
                 "owned_by": "quantdesk", "loaded": entry is not None, "slots": slots,
                 "embedding": model.embedding,
-                "input_modalities": ["text"] if model.embedding else input_modalities(model.path),
+                "input_modalities": core.input_modalities(model),
                 "context_per_slot": context, "context_length": context,
                 "name": model.name, "path": str(model.path)}
 

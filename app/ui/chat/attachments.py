@@ -61,6 +61,12 @@ class AttachmentStrip(QWidget):
         del self.images[index]
         self._rebuild()
 
+    def replace(self, images: list[bytes]) -> None:
+        """Show these pictures instead (a message being edited brings its own; they were
+        checked when it was sent)."""
+        self.images = [bytes(data) for data in images]
+        self._rebuild()
+
     def take(self) -> list[bytes]:
         """The attached pictures, leaving none (the message took them)."""
         images, self.images = self.images, []

@@ -108,8 +108,7 @@ class ModelControl:
             return
         if settings is None:
             settings = model_settings.load_settings_for(path)
-        if settings.mmproj is None or not Path(settings.mmproj).is_file():
-            settings = with_projector(path, settings)
+        settings = with_projector(path, settings)  # the chosen encoder, else the one beside
         self.composer.set_vision(False, "The model is loading.")
         self.panel.load_form.set_settings(settings)
         self.panel.progress.setRange(0, 0)  # busy until the first fraction arrives
@@ -160,7 +159,8 @@ class ModelControl:
             self.composer.set_vision(True)
         else:
             self.composer.set_vision(False, f"{Path(report.path).name} reads text only: no vision "
-                                            "encoder (mmproj file) was found beside it.")
+                                            "encoder (mmproj file) was found beside it or chosen for "
+                                            "it (Models page, Library: Vision encoder).")
         try:
             model_settings.remember_load_settings(report.path, report.settings)
         except QuantDeskError as exc:

@@ -223,8 +223,10 @@ class Replies:
             message = self.branch[self._index_of(seq)]
             self.editing = message
             self.box.setPlainText(message.content)
+            self.composer.attachments.replace(message.images)  # kept unless removed
+            pictures = " Click a picture to remove it." if message.images else ""
             self.composer.show_note("Editing your message: Enter sends it as a new branch "
-                                    "(the old one stays under ‹ ›); Esc cancels.")
+                                    f"(the old one stays under ‹ ›); Esc cancels.{pictures}")
             self.focus_message_box()
         elif name == "delete" and self.stored:
             self.store.hide(self.conversation_id, seq)
@@ -241,4 +243,5 @@ class Replies:
         if self.editing is not None:
             self.editing = None
             self.box.clear()
+            self.composer.attachments.take()
         self.composer.show_note("")

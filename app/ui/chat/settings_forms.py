@@ -174,6 +174,7 @@ class JsonModeForm(QWidget):
         layout.addWidget(self.schema)
         layout.addWidget(self.strict)
         layout.addWidget(self.problems)
+        self._pending: tuple[str, bool] | None = None  # the text and Strict being checked
         self._timer = QTimer(self, singleShot=True, interval=250)  # check after typing pauses
         self._timer.timeout.connect(self.check)
         self.schema.textChanged.connect(self._timer.start)
@@ -208,32 +209,46 @@ class JsonModeForm(QWidget):
         constraint_for_schema(schema, allow_unsupported=allow)  # refusals before sending
         return dict(response_format="json_schema", schema=schema, allow_unsupported=allow)
 
-    def check(self) -> bool:
-        """Show the schema's verdict under it; True when it can be sent."""
-        from models.foundation.errors import QuantDeskError
-        from models.structured.schema_policy import schema_verdict
+    def check(self) -> None:
+        """Show the schema's verdict under it. It is worked out off the GUI thread (a schema
+        llguidance refuses takes a few dozen compiles to locate what it refuses); a verdict
+        for text or a Strict setting that has changed since is dropped."""
+        from app.ui.worker import start_job
 
         text = self.schema.toPlainText().strip()
+        self._pending = None
         if not self.enabled.isChecked() or not text:
             self.problems.setText("")
-            return True
+            return
         try:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             self.problems.setText(f"The schema is not valid JSON (line {exc.lineno}, column "
                                   f"{exc.colno}: {exc.msg}).")
-            return False
-        enforced, problems = schema_verdict(schema)
-        if enforced:
-            self.problems.setText("✓ Enforced exactly: every reply will match the schema.")
-            return True
-        listed = "\n".join(f"• {p.pointer or '/'}: {p.message}" for p in problems)
-        try:
-            self.output_fields()
-        except QuantDeskError:
-            self.problems.setText(f"Not enforced exactly, so a strict request is refused:\n"
-                                  f"{listed}")
-            return False
-        self.problems.setText(f"Not enforced exactly; generating anyway, each reply checked "
-                              f"against the whole schema:\n{listed}")
-        return True
+            return
+        strict = self.strict.isChecked()
+        key = self._pending = (text, strict)
+        QTimer.singleShot(300, self, lambda: self._pending == key and
+                          self.problems.setText("Checking the schema…"))
+        start_job(lambda _report, _cancel: verdict_text(schema, strict),
+                  on_finished=lambda message: self._pending == key and self.problems.setText(message),
+                  on_failed=lambda message: self._pending == key and self.problems.setText(message),
+                  owner=self)
+
+
+def verdict_text(schema, strict: bool) -> str:
+    """What the Structured output panel says of ``schema``: enforced exactly, or each
+    keyword the grammar would not enforce and whether a request is refused for it."""
+    from models.foundation.errors import QuantDeskError
+    from models.structured.constraint import constraint_for_schema
+    from models.structured.schema_policy import schema_verdict
+
+    enforced, problems = schema_verdict(schema)
+    if enforced:
+        return "✓ Enforced exactly: every reply will match the schema."
+    listed = "\n".join(f"• {p.pointer or '/'}: {p.message}" for p in problems)
+    try:
+        constraint_for_schema(schema, allow_unsupported=not strict)
+    except QuantDeskError:
+        return f"Not enforced exactly, so a strict request is refused:\n{listed}"
+    return f"Not enforced exactly; generating anyway, each reply checked against the whole schema:\n{listed}"

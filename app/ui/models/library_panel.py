@@ -71,6 +71,7 @@ class LibraryPanel(QWidget):
         self.pool = pool
         self._library = None
         self.quality: dict = {}  # path → models.library.QualityRecord of the files measured
+        self.projector_menu = None  # the vision encoders offered for the selected model
         quality = Column("Quality", lambda m: quality_text(self.quality.get(m.path)),
                          sort=lambda m: self.quality[m.path].stats["mean_kld"] if m.path in self.quality else None,
                          tooltip=lambda m: quality_tooltip(self.quality.get(m.path)), align_right=True)
@@ -89,6 +90,7 @@ class LibraryPanel(QWidget):
         top.addWidget(self.filter_edit, 1)
         self.buttons: dict[str, QPushButton] = {}
         for text, slot in (("Chat", self.chat_selected), ("Quantize", self.quantize_selected),
+                           ("Vision encoder…", self.choose_projector),
                            ("Show in folder", self.reveal_selected), ("Remove…", self.remove_selected),
                            ("Import…", self.import_dialog)):
             button = QPushButton(text)
@@ -177,6 +179,11 @@ class LibraryPanel(QWidget):
             model.kind == "safetensors" or model.file_type in (0, 1, 32)))
         if model is not None and model.kind == "safetensors":
             self.buttons["Chat"].setEnabled(False)  # convert it first
+        self.buttons["Vision encoder"].setEnabled(
+            model is not None and model.kind == "gguf" and not model.error and not model.is_projector
+            and not model.embedding)
+        self.buttons["Vision encoder"].setToolTip(
+            "Choose the vision encoder (mmproj file) this model reads images with")
 
     # ----------------------------------------------------------------- actions
     def chat_selected(self) -> None:
@@ -214,6 +221,59 @@ class LibraryPanel(QWidget):
             return
         path = Path(model.path)
         self.run(lambda: self.library.remove(path), lambda _deleted: self.load(rescan=False))
+
+    def choose_projector(self) -> None:
+        """Offer the vision encoders that pair with the selected model (those beside it,
+        then the Library's others of its width), the one it loads with ticked, and any
+        other file; the choice is remembered with the model's load settings."""
+        model = self.selected()
+        if model is None or not self.buttons["Vision encoder"].isEnabled():
+            return
+        from app.core.model_settings import load_settings_for
+        from models.projector import matching_projectors, projector_to_load
+
+        others = [m.path for m in self.library.models() if m.is_projector]
+
+        def work():
+            return (matching_projectors(model.path, others),
+                    projector_to_load(model.path, load_settings_for(model.path).mmproj))
+
+        self.run(work, lambda found: self._offer_projectors(model, *found))
+
+    def _offer_projectors(self, model, choices: list, current) -> None:
+        from PySide6.QtGui import QCursor
+        from PySide6.QtWidgets import QMenu
+
+        menu = self.projector_menu = QMenu(self)
+        menu.setAccessibleName("Vision encoders")
+        for path in choices:
+            action = menu.addAction(f"{path.name}  ({size_text(path.stat().st_size)}, {path.parent.name}/)")
+            action.setCheckable(True)
+            action.setChecked(current is not None and Path(current).resolve() == path)
+            action.triggered.connect(lambda _=False, p=path: self.set_projector(model, p))
+        if not choices:
+            menu.addAction(f"No vision encoder of {Path(model.path).name}'s width is beside it or in the Library")\
+                .setEnabled(False)
+        menu.addSeparator()
+        menu.addAction("Other file…", lambda: self._projector_dialog(model))
+        button = self.buttons["Vision encoder"]
+        menu.popup(button.mapToGlobal(button.rect().bottomLeft()) if button.isVisible() else QCursor.pos())
+
+    def _projector_dialog(self, model) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, f"Vision encoder for {Path(model.path).name}",
+                                              str(Path(model.path).parent), "mmproj GGUF (*.gguf)")
+        if name:
+            self.set_projector(model, Path(name))
+
+    def set_projector(self, model, projector: Path) -> None:
+        """Remember ``projector`` for ``model`` (a file of another width is refused with a
+        sentence naming both numbers)."""
+        from app.core.model_settings import choose_projector
+
+        self.run(lambda: choose_projector(model.path, projector),
+                 lambda path: self.banner.show_message(
+                     f"{Path(model.path).name} reads images with {path.name} from its next load.",
+                     level="info"))
 
     def import_dialog(self) -> None:
         name, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF (*.gguf)")

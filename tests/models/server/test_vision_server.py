@@ -140,6 +140,8 @@ def test_serve_model_with_mmproj_reads_images(models):
             assert line, "".join(lines)
             lines.append(line)
         address = lines[-1].split(" on ")[1].split("/v1")[0]
+        listed = httpx.get(f"{address}/v1/models", timeout=60).json()["data"]
+        assert {m["id"]: m["input_modalities"] for m in listed}["gemma3-text"] == ["text", "image"]
         reply = httpx.post(f"{address}/v1/chat/completions", timeout=300, json={
             "model": "gemma3-text", "max_tokens": 4, "messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": DATA_URI}}, {"type": "text", "text": QUESTION}]}]})
@@ -150,6 +152,35 @@ def test_serve_model_with_mmproj_reads_images(models):
         if process.poll() is None:
             process.kill()
 
+
+
+def test_input_modalities_follow_the_encoder_a_model_loads_with(server_home, models):
+    """Not loaded: the encoder its load settings name (the Models page's choice,
+    ``--mmproj``), else the one beside it; loaded: the one it was loaded with."""
+    from models.engine import LoadSettings
+    from models.server.catalog import find_model
+    from models.server.config import ServerConfig
+    from models.server.core import ServerCore
+    from models.server.engine_pool import EnginePool
+
+    text, plain = models
+    encoder = str(text.parent / "mmproj-gemma3.gguf")
+    chosen = {plain: encoder}
+    pool = EnginePool(settings_for=lambda path: LoadSettings(
+        threads=TEST_THREADS, batch_threads=TEST_THREADS, context_length=256, mmproj=chosen.get(path)))
+    library = library_of(server_home, *models)
+    core = ServerCore(ServerConfig(port=0), pool, library)
+    try:
+        assert core.input_modalities(find_model(library, "gemma3-text")) == ["text", "image"]
+        assert core.input_modalities(find_model(library, "gemma3")) == ["text", "image"]  # beside it
+        chosen.clear()
+        assert core.input_modalities(find_model(library, "gemma3-text")) == ["text"]
+        chosen[plain] = encoder
+        pool.get(plain)
+        chosen.clear()  # what it was loaded with counts now
+        assert core.input_modalities(find_model(library, "gemma3-text")) == ["text", "image"]
+    finally:
+        pool.close()
 
 
 def test_image_urls_are_downloaded_only_when_allowed_and_within_limits(server_home, models, monkeypatch):

@@ -1,7 +1,8 @@
 """Screenshots of pictures in the Chat page for people to look at (run under Xvfb by
 test_chat_images.py): a tiny Gemma 3 with its mmproj loaded, one picture dropped on the
 window and one pasted, their thumbnails above the message box, then the message with its
-pictures in the transcript and the reply — in light and dark.
+pictures in the transcript and the reply, then that message being edited (its pictures back
+above the box) — in light and dark.
 
 Run: ``python -m tests.ui.chat.image_screenshots OUT_DIR`` with a display.
 """
@@ -54,6 +55,9 @@ def main(out: Path) -> None:
         page.send()
         wait(app, lambda: not page.engine.streaming, 120)
         save_shot(app, window, out, f"chat-images-reply-{theme}")
+        page.transcript.action.emit("edit", page.branch[0].seq)
+        save_shot(app, window, out, f"chat-images-editing-{theme}")
+        page.escape()
     window.close()
     page.shutdown()
     print("screenshots:", " ".join(sorted(p.name for p in out.glob("chat-images-*.png"))))

@@ -189,6 +189,10 @@ def test_json_mode_gives_a_valid_reply_and_unsupported_schemas_are_refused_befor
                                   '{"type": "string", "not": {"const": "x"}}}}')
     qtbot.waitUntil(lambda: "/properties/city/not" in json_form.problems.text(), timeout=5_000)
     assert "strict request is refused" in json_form.problems.text()
+    json_form.strict.setChecked(False)  # the verdict follows the switch
+    qtbot.waitUntil(lambda: "generating anyway" in json_form.problems.text(), timeout=5_000)
+    json_form.strict.setChecked(True)
+    qtbot.waitUntil(lambda: "strict request is refused" in json_form.problems.text(), timeout=5_000)
     type_and_send(qtbot, page, QUESTION)
     assert not page.engine.streaming and "/properties/city/not" in page.composer.note.text()
     assert page.box.toPlainText() == QUESTION  # kept, to send again once fixed

@@ -66,6 +66,39 @@ def test_attach_drop_paste_send_and_show(qtbot, gemma3, tmp_path):
     page.shutdown()
 
 
+def test_editing_a_message_keeps_its_pictures_and_lets_them_change(qtbot, gemma3):
+    text, _ = gemma3
+    window, page = _open(qtbot, text)
+    strip = page.composer.attachments
+    other, third = png_bytes(sample_picture(seed=5)), png_bytes(sample_picture(seed=9))
+    page.composer.attach(PICTURE)
+    page.composer.attach(other)
+    page.box.setPlainText("Compare them.")
+    page.send()
+    wait_reply(qtbot, page)
+    old_user = page.branch[0]
+
+    page.transcript.action.emit("edit", old_user.seq)
+    assert page.box.toPlainText() == "Compare them." and strip.images == [PICTURE, other]
+    assert strip.isVisible()
+    page.escape()  # leaving the edit leaves no pictures behind
+    assert strip.images == [] and page.box.toPlainText() == ""
+
+    page.transcript.action.emit("edit", old_user.seq)
+    strip._row.itemAt(1).widget().click()  # the second picture goes
+    page.composer.attach(third)  # and another joins
+    page.box.setPlainText("Compare these.")
+    page.send()
+    wait_reply(qtbot, page)
+    edited = page.store.branch(page.conversation_id)[0]
+    assert edited.content == "Compare these." and edited.images == [PICTURE, third]
+    assert edited.version == 2
+    assert page.branch[1].stats["images_encoded"] == 1  # the kept first picture is cached
+    page.transcript.action.emit("version", old_user.seq)  # the old message keeps its own
+    assert page.branch[0].images == [PICTURE, other]
+    page.shutdown()
+
+
 def test_attach_is_off_with_a_sentence_for_a_text_only_model(qtbot, gemma3, tmp_path):
     _, plain = gemma3
     window, page = _open(qtbot, plain)
@@ -96,7 +129,7 @@ def test_screenshots_of_pictures_light_and_dark(xvfb_display):
     from tests.ui.chat.screenshots import run_screenshot_script
 
     artifacts = run_screenshot_script("tests.ui.chat.image_screenshots", xvfb_display)
-    for scene in ("attached", "reply"):
+    for scene in ("attached", "reply", "editing"):
         for theme in ("light", "dark"):
             shot = artifacts / f"chat-images-{scene}-{theme}.png"
             assert shot.stat().st_size > 20_000, shot
