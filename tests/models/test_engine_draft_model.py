@@ -111,4 +111,4 @@ def test_cli_chat_with_a_draft_model(smollm2_f16, smollm2_gguf):
         cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "drafted tokens accepted" in result.stderr
-    assert f"draft model {smollm2_gguf.name}" in result.stderr
+    assert f"It drafts with {smollm2_gguf.name}." in result.stderr
