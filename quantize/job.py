@@ -174,10 +174,12 @@ def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix
     """
     for plan in plans:
         if plan.needs_imatrix and imatrix is None:
+            first = next(p for p in plan.tensors if p.tensor.name == plan.needs_imatrix[0])
             raise QuantDeskError(
-                f"{plan.file_type.name} needs an importance matrix (its Q2_K tensors, such as "
-                f"{plan.needs_imatrix[0]}, come out as noise without one).",
-                "Give one with --imatrix (made by llama-imatrix for this model), or choose Q2_K or Q3_K_S.")
+                f"{plan.file_type.name} needs an importance matrix (its {first.qtype.name} tensors, such as "
+                f"{first.tensor.name}, come out as noise without one).",
+                "Make one with `quantdesk imatrix MODEL` (or the Quantize page's importance-matrix step) and "
+                "give it with --imatrix, or choose a type that needs none, such as Q2_K, Q3_K_S or IQ3_S.")
         if imatrix is None:
             continue
         for p in plan.tensors:
@@ -186,7 +188,7 @@ def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix
                 if found is None and p.tensor.name in plan.needs_imatrix:
                     raise QuantDeskError(
                         f"The importance matrix {imatrix.path.name} has no data for {p.tensor.name}, "
-                        f"which {plan.file_type.name} stores as Q2_K.",
+                        f"which {plan.file_type.name} stores as {p.qtype.name}.",
                         "Use an importance matrix computed for this model.")
 
 

@@ -60,7 +60,8 @@ class QuantPlan:
         tensors: Every tensor with its output type, in file order.
         alignment: Data alignment of the output.
         fallbacks: ``(tensor, wanted, used)`` where a row width forced another type.
-        needs_imatrix: Tensors whose type requires an importance matrix (Q2_K in Q2_K_S).
+        needs_imatrix: Tensors whose type requires an importance matrix (the grid i-quants,
+            Q2_K in Q2_K_S).
     """
 
     file_type: FileType
@@ -195,11 +196,16 @@ def _alignment(metadata: Sequence[MetadataEntry]) -> int:
     return GGUF_DEFAULT_ALIGNMENT
 
 
+#: Tensor types that come out as noise without an importance matrix (``tensor_requires_imatrix``).
+IMATRIX_REQUIRED_TYPES = frozenset({T.IQ3_XXS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ1_M, T.IQ1_S})
+
+
 def _requires_imatrix(name: str, qtype: T, file_type: FileType) -> bool:
-    # tensor_requires_imatrix, for the types QuantDesk writes: only Q2_K inside Q2_K_S.
+    # tensor_requires_imatrix: the 1- to 3-bit grid types, and Q2_K inside Q2_K_S; never
+    # the token embedding or the output head.
     if name in ("token_embd.weight", "per_layer_token_embd.weight", "output.weight"):
         return False
-    return qtype == T.Q2_K and file_type.name == "Q2_K_S"
+    return qtype in IMATRIX_REQUIRED_TYPES or (qtype == T.Q2_K and file_type.name == "Q2_K_S")
 
 
 def plan_quantization(source: TensorSource, file_type: FileType,

@@ -14,8 +14,10 @@
 
 The rules depend on the order in which llama.cpp visits tensors (``attn_v`` counts its
 position), so :class:`TensorTypeChooser` must be fed tensors in that order — see
-:func:`quantize.plan.llama_tensor_order`. Only the file types of :mod:`quantize.ftypes`
-are handled; the i-quant and MXFP4 branches of llama.cpp are left out on purpose.
+:func:`quantize.plan.llama_tensor_order`. Every file type of
+:data:`quantize.ftypes.PLANNED_FILE_TYPES` is handled, the i-quant mixes (``IQ2_M``,
+``IQ3_M`` ...), the ternary types and ``MXFP4_MOE`` included; some of their choices
+depend on whether an importance matrix is given (``has_imatrix``).
 """
 
 from __future__ import annotations
@@ -85,7 +87,19 @@ _NEVER_QUANTIZED_GLM5_NEXT = (
 _EXACT_NEVER_QUANTIZED = ("position_embd.weight", "token_types.weight")
 
 # tensor_type_fallback: a 256-block type whose rows do not fit -> a 32-block type.
-_FALLBACK = {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
+_FALLBACK = {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0,
+             T.TQ1_0: T.Q4_0, T.TQ2_0: T.Q4_0,
+             **{t: T.IQ4_NL for t in (T.IQ1_S, T.IQ1_M, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS,
+                                      T.IQ3_S, T.IQ4_XS)}}
+
+# The 1- and 2-bit file types, which share one branch of llama_tensor_get_type_impl.
+_IQ2_MIXES = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")
+# An untied token embedding's type in the file types that do not keep the default.
+_TOKEN_EMBD_TYPE = {"IQ2_XXS": T.Q2_K, "IQ2_XS": T.Q2_K, "IQ1_S": T.Q2_K, "IQ1_M": T.Q2_K,
+                    "IQ2_S": T.IQ3_S, "IQ2_M": T.IQ3_S, "IQ3_XXS": T.IQ3_S,
+                    "TQ1_0": T.Q4_K, "TQ2_0": T.Q4_K}
+_ATTN_OUTPUT_Q5_K_WITH_8_EXPERTS = ("Q2_K", "IQ3_XS", "IQ3_XXS", "Q3_K_S", "Q3_K_M", "IQ4_NL",
+                                    "Q4_K_S", "Q4_K_M", "IQ3_S", "IQ3_M", "IQ4_XS")
 
 _LAYER = re.compile(r"blk\.\s*([+-]?[0-9]+)")  # sscanf("blk.%d."): skips spaces, needs no dot after
 
@@ -253,62 +267,123 @@ class TensorTypeChooser:
     def _mixture_type(self, new_type: T, name: str, shape: Sequence[int], category: Category) -> T:
         ft = self.file_type.name
         hp = self.hparams
-        falcon = hp.arch == "falcon"
         if hp.arch == "glm5-next" and any(s in name for s in ("attn_q_a", "attn_q_b", "nextn.eh_proj")):
             if new_type not in (T.F32, T.BF16, T.F16):
                 return T.Q8_0
         if category == Category.OUTPUT or (self._tied_embeddings and category == Category.TOKEN_EMBD):
-            if self.overrides.output_tensor_type is not None:
-                new_type = self.overrides.output_tensor_type
-            elif falcon or ggml_ne(shape)[0] % block_size(new_type):
-                new_type = T.Q8_0
-            elif new_type != T.Q8_0:
-                new_type = T.Q6_K
-        elif category == Category.TOKEN_EMBD:
+            return self._output_type(new_type, shape)
+        if ft == "MXFP4_MOE":
+            # expert tensors (a third dimension) -> MXFP4, everything else -> Q8_0
+            experts = category in (Category.FFN_UP, Category.FFN_GATE, Category.FFN_DOWN)
+            if ggml_ne(shape)[2] > 1 and (hp.arch != "bailingmoe3" or experts):
+                return T.MXFP4
+            return T.Q8_0
+        if category == Category.TOKEN_EMBD:
             if self.overrides.token_embedding_type is not None:
-                new_type = self.overrides.token_embedding_type
-        elif category in _ATTN_V_LIKE:
-            # attn_qkv lands here too, so llama.cpp's separate attn_qkv branch never runs.
-            i, n = self._i_attention_wv, self._n_attention_wv
-            if ft == "Q2_K":
-                new_type = T.Q4_K if hp.n_gqa >= 4 else T.Q3_K
-            elif ft == "Q2_K_S" and hp.n_gqa >= 4:
-                new_type = T.Q4_K
-            elif ft == "Q3_K_M":
-                new_type = T.Q5_K if i < 2 else T.Q4_K
-            elif ft == "Q3_K_L":
-                new_type = T.Q5_K
-            elif ft in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n):
-                new_type = T.Q6_K
-            elif ft == "Q4_K_S" and i < 4:
-                new_type = T.Q5_K
-            if hp.is_70b and new_type in (T.Q3_K, T.Q4_K):
-                new_type = T.Q5_K  # 8 heads share attn_v: more bits cost little
-            if hp.n_expert == 8:
-                new_type = T.Q8_0
+                return self.overrides.token_embedding_type
+            return _TOKEN_EMBD_TYPE.get(ft, new_type)
+        if ft in _IQ2_MIXES:
+            return self._iq2_mix_type(new_type, category)
+        if category in _ATTN_V_LIKE:
+            new_type = self._attn_v_type(new_type)
             self._i_attention_wv += 1
         elif category == Category.ATTENTION_K:
             if hp.n_expert == 8:
                 new_type = T.Q8_0
+            else:
+                new_type = {"IQ3_XS": T.IQ3_XXS, "IQ3_XXS": T.IQ2_S}.get(ft, new_type)
+        elif category == Category.ATTENTION_Q:
+            new_type = {"IQ3_XS": T.IQ3_XXS, "IQ3_XXS": T.IQ2_S}.get(ft, new_type)
         elif category == Category.FFN_DOWN:
             i, n = self._layer_info(self._i_ffn_down, name)
             new_type = self._ffn_down_type(new_type, i, n)
             self._i_ffn_down += 1
         elif category == Category.ATTENTION_OUTPUT:
-            if falcon:
+            if hp.arch == "falcon":
                 if ft == "Q3_K_L":
                     new_type = T.Q4_K
             elif hp.n_expert == 8:
-                if ft in ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M"):
+                if ft in _ATTN_OUTPUT_Q5_K_WITH_8_EXPERTS:
                     new_type = T.Q5_K
             else:
-                new_type = {"Q2_K": T.Q3_K, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K}.get(ft, new_type)
-        elif category == Category.FFN_GATE:
-            self._layer_info(self._i_ffn_gate, name)  # validates MoE names; only i-quants differ
-            self._i_ffn_gate += 1
-        elif category == Category.FFN_UP:
-            self._layer_info(self._i_ffn_up, name)
-            self._i_ffn_up += 1
+                new_type = {"Q2_K": T.Q3_K, "IQ3_XXS": T.IQ3_S, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K,
+                            "IQ3_M": T.Q4_K}.get(ft, new_type)
+        elif category in (Category.FFN_GATE, Category.FFN_UP):
+            gate = category == Category.FFN_GATE
+            i, n = self._layer_info(self._i_ffn_gate if gate else self._i_ffn_up, name)
+            if ft == "IQ3_XS" and n // 8 <= i < 7 * n // 8:
+                new_type = T.IQ3_XXS
+            if gate:
+                self._i_ffn_gate += 1
+            else:
+                self._i_ffn_up += 1
+        return new_type
+
+    def _output_type(self, new_type: T, shape: Sequence[int]) -> T:
+        """The output head (and a tied token embedding)."""
+        ft = self.file_type.name
+        if self.overrides.output_tensor_type is not None:
+            return self.overrides.output_tensor_type
+        if ft == "MXFP4_MOE":
+            return T.Q8_0
+        if self.hparams.arch == "falcon" or ggml_ne(shape)[0] % block_size(new_type):
+            return T.Q8_0
+        if ft in _IQ2_MIXES or ft == "IQ3_XXS":
+            return T.Q5_K
+        return new_type if new_type == T.Q8_0 else T.Q6_K
+
+    def _iq2_mix_type(self, new_type: T, category: Category) -> T:
+        """The 1- and 2-bit mixes: a few more bits where the error costs most."""
+        ft = self.file_type.name
+        hp = self.hparams
+        wider = T.IQ3_S if ft in ("IQ2_S", "IQ2_M") else T.Q2_K
+        if category in _ATTN_V_LIKE:
+            self._i_attention_wv += 1
+            return T.Q4_K if hp.n_gqa >= 4 or hp.n_expert >= 4 else wider
+        if hp.n_expert == 8 and category == Category.ATTENTION_K:
+            return T.Q4_K
+        if category == Category.FFN_DOWN:
+            # a running count, even for MoE models (llama.cpp reads no layer from the name here)
+            first_eighth = self._i_ffn_down < hp.n_layer_all // 8
+            self._i_ffn_down += 1
+            return wider if first_eighth else new_type
+        if category == Category.ATTENTION_OUTPUT:
+            if hp.n_expert == 8:
+                return T.Q5_K
+            if ft in ("IQ1_S", "IQ1_M"):
+                return T.IQ2_XXS
+            if ft in ("IQ2_S", "IQ2_M"):
+                return T.IQ3_S
+        return new_type
+
+    def _attn_v_type(self, new_type: T) -> T:
+        ft = self.file_type.name
+        hp = self.hparams
+        i, n = self._i_attention_wv, self._n_attention_wv
+        if ft == "Q2_K":
+            new_type = T.Q4_K if hp.n_gqa >= 4 else T.Q3_K
+        elif ft == "Q2_K_S" and hp.n_gqa >= 4:
+            new_type = T.Q4_K
+        elif ft == "IQ3_XXS":
+            new_type = T.Q4_K if hp.n_gqa >= 4 else T.IQ3_XXS if self.has_imatrix else T.IQ3_S
+        elif ft in ("IQ3_XS", "IQ3_S") and hp.n_gqa >= 4:
+            new_type = T.Q4_K
+        elif ft == "IQ3_M":
+            new_type = T.Q4_K
+        elif ft == "Q3_K_M":
+            new_type = T.Q5_K if i < 2 else T.Q4_K
+        elif ft == "Q3_K_L":
+            new_type = T.Q5_K
+        elif ft in ("IQ4_NL", "IQ4_XS") and hp.n_gqa >= 4:
+            new_type = T.Q5_K
+        elif ft in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n):
+            new_type = T.Q6_K
+        elif ft == "Q4_K_S" and i < 4:
+            new_type = T.Q5_K
+        if hp.is_70b and new_type in (T.Q3_K, T.Q4_K):
+            new_type = T.Q5_K  # 8 heads share attn_v: more bits cost little
+        if hp.n_expert == 8:
+            new_type = T.Q8_0
         return new_type
 
     def _ffn_down_type(self, new_type: T, i: int, n: int) -> T:
@@ -318,16 +393,22 @@ class TensorTypeChooser:
             return T.Q3_K
         if ft == "Q2_K_S":
             return T.Q4_K if i < n // 8 else new_type
+        if ft == "IQ3_XXS" and not self.has_imatrix:
+            return T.Q4_K if i < n // 8 else T.Q3_K
         if ft == "Q3_K_M":
             if i < n // 16:
                 return T.Q5_K
             return T.Q4_K if not falcon or use_more_bits(i, n) else T.Q3_K
+        if ft == "IQ3_M" and (i < n // 8 or (self.hparams.n_expert == 8 and use_more_bits(i, n))):
+            return T.Q4_K
         if ft == "Q3_K_L":
             return T.Q4_K if falcon else T.Q5_K
         if ft == "Q4_K_M":
             if falcon:
                 return T.Q6_K if i < n // 16 else T.Q5_K if use_more_bits(i, n) else T.Q4_K
             return T.Q6_K if use_more_bits(i, n) else new_type
+        if ft in ("IQ4_NL", "IQ4_XS") and i < n // 8 and not self.has_imatrix:
+            return T.Q5_K
         if ft == "Q5_K_M" and use_more_bits(i, n):
             return T.Q6_K
         if ft == "Q4_K_S" and not falcon and i < n // 8:

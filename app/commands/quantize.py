@@ -100,10 +100,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from quantize.ftypes import FILE_TYPES  # names only: no numpy, no kernels
+
     parser = sub.add_parser(
         "quantize", help="quantize a GGUF or Hugging Face folder to Q4_K_M, Q8_0, ... (llama-quantize's types)",
-        description="Quantize a model exactly as llama-quantize does. Types: Q4_0, Q4_1, Q5_0, Q5_1, "
-                    "Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, Q8_0, F16, BF16, F32.")
+        description="Quantize a model exactly as llama-quantize does. Types: " + ", ".join(FILE_TYPES) + ".")
     parser.add_argument("input", help="an F32/F16/BF16 GGUF file or a Hugging Face safetensors folder")
     parser.add_argument("--type", required=True, help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K")
     parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")

@@ -26,10 +26,15 @@ from typing import Any, Callable, Optional, Sequence
 from models.foundation.errors import QuantDeskError
 from models.foundation.jobs import CancelToken, JobResult, ProgressCallback, eta_seconds
 
-#: The target types the page lists, in its order (largest first), named as llama-quantize names them.
+#: The target types the page lists, in its order (largest first), named as llama-quantize names them:
+#: each i-quant beside the k-quants of about its size (bits per weight on a Llama-3-8B in brackets).
 #: Only those the quantizer can write (``quantize.ftypes.FILE_TYPES``) are offered.
 TYPE_ORDER = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0",
-              "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S")
+              "Q4_K_M", "Q4_K_S", "Q4_1", "IQ4_NL",  # 4.5
+              "Q4_0", "IQ4_XS", "MXFP4_MOE",  # 4.25; MXFP4 for MoE experts, Q8_0 elsewhere
+              "Q3_K_L", "Q3_K_M", "IQ3_M", "IQ3_S", "Q3_K_S", "IQ3_XS", "IQ3_XXS",  # 4.0 .. 3.1
+              "Q2_K", "Q2_K_S", "IQ2_M", "IQ2_S", "IQ2_XS", "TQ2_0", "IQ2_XXS",  # 3.0 .. 2.1
+              "IQ1_M", "TQ1_0", "IQ1_S")  # 1.75 .. 1.56
 DEFAULT_PATTERN = "{name}-{type}.gguf"
 _FLOAT_SUFFIX = re.compile(r"[-_.](f32|f16|bf16)$", re.IGNORECASE)
 

@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 import numpy as np
 from quantize.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from quantize.blocks import kquants, legacy
+from quantize.blocks import iq4, kquants, legacy, mxfp4, ternary
 from quantize.blocks.chunking import encode_blocks
 from quantize.encode import register_encoder
 
@@ -39,6 +39,12 @@ KERNELS = {
     QT.Q4_K: (kquants.q4_k, kquants.q4_k),
     QT.Q5_K: (kquants.q5_k, kquants.q5_k),
     QT.Q6_K: (kquants.q6_k, kquants.q6_k),
+    # llama-quantize writes both through quantize_iq4_*: the scale search with or without weights
+    QT.IQ4_NL: (iq4.iq4_nl, iq4.iq4_nl),
+    QT.IQ4_XS: (iq4.iq4_xs, iq4.iq4_xs),
+    QT.TQ1_0: (ternary.tq1_0, None),
+    QT.TQ2_0: (ternary.tq2_0, None),
+    QT.MXFP4: (mxfp4.mxfp4, None),
 }
 
 

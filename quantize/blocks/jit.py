@@ -641,6 +641,21 @@ def put_fp16(out, row, at, value):
 
 
 @inline
+def inverse(d):
+    """``d ? 1.0f/d : 0.0f``."""
+    return F32(1.0) / d if d != F32(0.0) else F32(0.0)
+
+
+@inline
+def roundf(v):
+    """C's ``roundf`` (and ``lroundf`` in range): half away from zero (``v - trunc(v)`` is exact)."""
+    t = np.trunc(v)
+    if np.abs(v - t) >= F32(0.5):
+        t = t + (F32(1.0) if v > F32(0.0) else F32(-1.0))
+    return t
+
+
+@inline
 def c_int8(value):
     """``(int8_t) value`` of a float: C truncates to int32, then keeps the low byte."""
     return np.int8(c_trunc_i32(value))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.jit import (F32, F32_MAX, Flag, Int, c_int8, c_trunc_i32, f32, first_equal, fp16_to_fp32,
-                                 fp32_to_fp16, half_row_magnitude, helper,
+                                 fp32_to_fp16, half_row_magnitude, helper, inverse, roundf,
                                  inline, kernel, key_value, magnitude_key, order_key, pick, put_fp16, row_key_range,
                                  stack_array, store_nibbles_in_range, streaming_kernel)
 from quantize.blocks.lanes import gather, imatrix_weights
@@ -36,21 +36,6 @@ _HALF = F32(0.5)
 _INF = F32(np.inf)
 _IMPL_RMIN = F32(-0.9)  # make_qkx3_quants(..., -0.9f, 0.05f, 36, false) in every _impl
 _IMPL_RDELTA = F32(0.05)
-
-
-@inline
-def _inverse(d):
-    """``d ? 1.0f/d : 0.0f``."""
-    return _ONE / d if d != _ZERO else _ZERO
-
-
-@inline
-def _roundf(v):
-    """C's ``roundf``: half away from zero (``v - trunc(v)`` is exact)."""
-    t = np.trunc(v)
-    if np.abs(v - t) >= _HALF:
-        t = t + (_ONE if v > _ZERO else -_ONE)
-    return t
 
 
 _INF_KEY = np.int32(0x7F800000)  # order_key(+inf); NaNs' keys lie beyond +-inf's
@@ -160,10 +145,10 @@ def q8_0_ref(x, qw, blocks_per_row, out):
         for j in range(32):
             top = max(top, magnitude_key(x[blk, j]))
         d = key_value(top) / F32(127)
-        inv = _inverse(d)
+        inv = inverse(d)
         put_fp16(out, blk, 0, d)
         for j in range(32):
-            out[blk, 2 + j] = np.uint8(c_trunc_i32(_roundf(x[blk, j] * inv)) & 0xFF)
+            out[blk, 2 + j] = np.uint8(c_trunc_i32(roundf(x[blk, j] * inv)) & 0xFF)
 
 
 @streaming_kernel
@@ -175,7 +160,7 @@ def q8_0_from_f16(bits, out):
     """
     for blk in range(bits.shape[0]):
         d = fp16_to_fp32(half_row_magnitude(bits, blk)) / F32(127)  # NaN never wins, as in q8_0_ref
-        inv = _inverse(d)
+        inv = inverse(d)
         put_fp16(out, blk, 0, d)
         for j in range(32):
             v = fp16_to_fp32(bits[blk, j]) * inv

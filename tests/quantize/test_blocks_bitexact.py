@@ -24,6 +24,9 @@ from quantize.reference_ggml import ggml_quantize
 
 LEGACY = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1]
 KQUANTS = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+#: Types llama-quantize writes through their quantize_* function with or without an imatrix.
+NEWER = [QT.IQ4_NL, QT.IQ4_XS, QT.TQ1_0, QT.TQ2_0, QT.MXFP4]
+BLOCK32 = LEGACY + [QT.IQ4_NL, QT.MXFP4]
 SEEDS = (0, 1, 2)
 
 
@@ -87,7 +90,7 @@ KINDS = ["normal", "heavy", "zeros", "constant", "tiny", "huge", "mixed", "integ
 
 
 @pytest.mark.parametrize("with_imatrix", [False, True], ids=["ref", "imatrix"])
-@pytest.mark.parametrize("qtype", LEGACY + KQUANTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", LEGACY + KQUANTS + NEWER, ids=lambda t: t.name)
 def test_every_kind_of_data_matches_libggml(qtype: QT, with_imatrix: bool) -> None:
     for seed in SEEDS:
         rng = np.random.default_rng([seed, int(qtype)])
@@ -121,17 +124,34 @@ def test_q8_0_straight_from_f16_matches_libggml() -> None:
 
 
 @pytest.mark.parametrize("with_imatrix", [False, True], ids=["ref", "imatrix"])
-@pytest.mark.parametrize("qtype", LEGACY + KQUANTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", LEGACY + KQUANTS + NEWER, ids=lambda t: t.name)
 def test_row_widths_match_libggml(qtype: QT, with_imatrix: bool) -> None:
-    widths = [256, 4096, 11008] + ([32, 64, 96] if qtype in LEGACY else [])
+    widths = [256, 4096, 11008] + ([32, 64, 96] if qtype in BLOCK32 else [])
     rng = np.random.default_rng([7, int(qtype)])
     for width in widths:
         rows = max(1, 8192 // width)
         values = _case("mixed", rows, width, rng)
         _assert_same_bytes(values, qtype, _imatrix(width, rng) if with_imatrix else None)
     # A single block: numpy would sum one column pairwise, not left to right.
-    width = 32 if qtype in LEGACY else 256
+    width = 32 if qtype in BLOCK32 else 256
     _assert_same_bytes(_case("normal", 1, width, rng), qtype, _imatrix(width, rng) if with_imatrix else None)
+
+
+def test_mxfp4_exponents_just_below_every_power_of_two_match_libggml() -> None:
+    """MXFP4's exponent is floorf(log2f(max)): a largest magnitude one to five steps
+    below 2^k (k = -149 .. 127, denormals included) is where log2f rounds up to k."""
+    rng = np.random.default_rng(9)
+    rows = []
+    for k in range(-149, 128):
+        top = np.float32(np.ldexp(1.0, k))
+        for steps in range(6):
+            largest = top
+            for _ in range(steps):
+                largest = np.nextafter(largest, np.float32(0))
+            row = np.clip(rng.standard_normal(32) * float(largest) / 4, -largest, largest).astype(np.float32)
+            row[rng.integers(32)] = largest if rng.random() < 0.5 else -largest
+            rows.append(row)
+    _assert_same_bytes(np.array(rows, np.float32), QT.MXFP4, None)
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q8_0], ids=lambda t: t.name)
@@ -158,7 +178,9 @@ def test_encode_rows_finds_the_block_quantizers_without_an_explicit_import() -> 
     code = ("import numpy as np; from gguf import GGMLQuantizationType as T; "
             "from quantize.encode import ENCODERS, encode_rows; assert not ENCODERS; "
             "out = encode_rows(np.ones((2, 256), np.float32), T.Q4_K); "
-            "assert out.shape == (2, 144) and len(ENCODERS) == 10, (out.shape, sorted(ENCODERS))")
+            "from quantize.ftypes import WRITABLE_TYPES, is_quantized_type; "
+            "assert out.shape == (2, 144), out.shape; "
+            "assert set(ENCODERS) == {t for t in WRITABLE_TYPES if is_quantized_type(t)}, sorted(ENCODERS)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
@@ -177,7 +199,7 @@ def test_real_model_weights_match_libggml(smollm2_gguf: Path) -> None:
         values = dequantize(tensor.data[:24], tensor.tensor_type).reshape(-1, int(tensor.shape[0]))
         values = np.ascontiguousarray(values, dtype=np.float32)
         imatrix = _imatrix(values.shape[1], rng)
-        for qtype in LEGACY + KQUANTS:
+        for qtype in LEGACY + KQUANTS + NEWER:
             if values.shape[1] % GGML_QUANT_SIZES[qtype][0]:
                 continue  # 576-wide rows: llama.cpp picks a legacy type for these
             _assert_same_bytes(values, qtype, None)

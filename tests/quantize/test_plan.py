@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T, GGUFValueType
 
 from models.foundation.errors import QuantDeskError
 from models.llama_lib import open_lib
-from quantize.ftypes import FILE_TYPES, parse_file_type, parse_tensor_type
+from quantize.ftypes import FILE_TYPES, PLANNED_FILE_TYPES, WRITABLE_TYPES, parse_file_type, parse_tensor_type
 from quantize.plan import PlanOptions, format_size, llama_tensor_order, plan_quantization
 from quantize.source import MetadataEntry, SourceTensor
 from quantize.type_rules import TypeOverrides
@@ -130,13 +130,16 @@ def test_plan_types_equal_llama_tensor_get_type(name, override):
     source = LAYOUTS[name]()
     ordered = llama_tensor_order(source.tensors())
     mismatches = []
-    for ft in FILE_TYPES.values():
+    for ft in PLANNED_FILE_TYPES.values():
         ov = OVERRIDES[override]
         plan = plan_quantization(source, ft, PlanOptions(overrides=ov))
         assert [p.tensor.name for p in plan.tensors] == [t.name for t in ordered]
         expected = _llama_types(source, ordered, ft.ftype, ov)
         mismatches += [f"{ft.name} {p.tensor.name}: ours {p.qtype.name}, llama.cpp {e.name}"
                        for p, e in zip(plan.tensors, expected) if p.qtype != e]
+        if ft.name in FILE_TYPES:
+            unwritable = {p.qtype.name for p in plan.tensors} - {t.name for t in WRITABLE_TYPES}
+            assert not unwritable, f"{ft.name} is offered but plans {unwritable}"
     assert not mismatches, "\n".join(mismatches[:20])
 
 
@@ -164,11 +167,11 @@ def test_file_type_numbers_and_default_types_are_llama_cpps():
 
     default_type = getattr(open_lib("libllama"), "_Z28llama_ftype_get_default_type11llama_ftype")
     default_type.restype, default_type.argtypes = ctypes.c_int, [ctypes.c_int]
-    for ft in FILE_TYPES.values():
+    for ft in PLANNED_FILE_TYPES.values():
         prefix = "LLAMA_FTYPE_ALL_" if ft.name == "F32" else "LLAMA_FTYPE_MOSTLY_"
         assert getattr(L, f"{prefix}{ft.name}") == ft.ftype
         assert default_type(ft.ftype) == ft.default_type
-    assert len(FILE_TYPES) == 18
+    assert len(PLANNED_FILE_TYPES) == 33 and set(FILE_TYPES) <= set(PLANNED_FILE_TYPES)
 
 
 def test_type_names_parse_like_llama_quantize():
@@ -179,7 +182,7 @@ def test_type_names_parse_like_llama_quantize():
     with pytest.raises(QuantDeskError, match="Q4_K_M"):
         parse_file_type("Q4_K_XL")
     with pytest.raises(QuantDeskError, match="Q6_K"):
-        parse_tensor_type("IQ4_NL")
+        parse_tensor_type("IQ4_K")
 
 
 @pytest.mark.parametrize("name", ["Q4_K_M", "Q6_K", "F16", "Q5_0"])

@@ -39,7 +39,7 @@ TINY = {
     "f32-input": TinyLlama(n_layer=3, dtype="f32", seed=5),
     "bf16-input": TinyLlama(n_layer=3, tied=False, dtype="bf16", seed=6),
 }
-NO_IMATRIX_TYPES = [ft for ft in FILE_TYPES.values() if ft.name != "Q2_K_S"]
+NO_IMATRIX_TYPES = [ft for ft in FILE_TYPES.values() if not ft.needs_imatrix]
 
 
 @pytest.fixture(scope="module")

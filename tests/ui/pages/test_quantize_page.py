@@ -41,8 +41,10 @@ def test_dropped_hf_folder_opens_quantize_with_exact_sizes(qtbot, window, tiny_h
     assert page.fact_labels["Tokenizer"].text() == "gpt2"
     rows = _type_rows(page)
     names = list(rows)
-    assert names == ["F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M",
-                     "Q4_K_S", "Q4_1", "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S"]
+    from app.core.quantize_queue import offered_types
+
+    assert names == offered_types()  # largest first, the i-quants beside the k-quants of their size
+    assert names[names.index("Q4_1") + 1:names.index("Q3_K_L")] == ["IQ4_NL", "Q4_0", "IQ4_XS", "MXFP4_MOE"]
     source = open_source(tiny_hf)
     plans = plan_targets(source, [QuantizeTarget(parse_file_type(n), Path(n)) for n in names], QuantizeOptions())
     source.close()
