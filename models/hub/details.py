@@ -131,9 +131,7 @@ def projector_for(details: "ModelDetails", variant: "QuantVariant") -> Optional[
     nearest first, then the precision closest to the variant's; ``None`` without one."""
     model_dir = variant.files[0].path.split("/")[:-1]
     best, best_key = None, None
-    for f in details.extra_gguf:
-        if "mmproj" not in f.path.split("/")[-1].lower():
-            continue
+    for f in projectors_of(details):
         folder = f.path.split("/")[:-1]
         if folder != model_dir[:len(folder)]:
             continue  # not the variant's folder nor one above it
@@ -141,6 +139,13 @@ def projector_for(details: "ModelDetails", variant: "QuantVariant") -> Optional[
         if best_key is None or key < best_key:
             best, best_key = f, key
     return best
+
+
+def projectors_of(details: "ModelDetails") -> list[HubFileInfo]:
+    """Every vision encoder (``*mmproj*.gguf``) the repository holds, by path: what the
+    Models page offers beside the one :func:`projector_for` pairs."""
+    return sorted((f for f in details.extra_gguf if "mmproj" in f.path.split("/")[-1].lower()),
+                  key=lambda f: f.path)
 
 
 def quant_of(path: str) -> Optional[str]:

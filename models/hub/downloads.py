@@ -24,7 +24,7 @@ from models.foundation.jobs import CancelToken, Progress, ProgressCallback, chec
 from models.foundation.paths import app_paths
 from models.hardware import free_disk_bytes
 from models.hub.auth import resolve_token
-from models.hub.details import HubFileInfo, ModelDetails, model_details, projector_for
+from models.hub.details import HubFileInfo, ModelDetails, model_details, projector_for, projectors_of
 from models.hub.transfer import (
     RemoteFile, RetryPolicy, discard_partial, fetch_file, local_target, part_path, read_sidecar,
 )
@@ -78,10 +78,19 @@ def plan_pull(spec: str, revision: Optional[str] = None) -> DownloadPlan:
     return plan_details(details, variant.quant if variant is not None else None)
 
 
-def plan_details(details: ModelDetails, quant: Optional[str]) -> DownloadPlan:
+#: ``plan_details(..., projector=NO_PROJECTOR)``: the variant alone, without a vision encoder.
+NO_PROJECTOR = ""
+
+
+def plan_details(details: ModelDetails, quant: Optional[str], projector: Optional[str] = None) -> DownloadPlan:
     """The download of one variant of ``details`` (all shards, and the vision encoder that
-    goes with it, :func:`~models.hub.details.projector_for`), or of its checkpoint when
-    ``quant`` is ``None`` or ``"safetensors"``; the Models page calls this with what it shows."""
+    goes with it), or of its checkpoint when ``quant`` is ``None`` or ``"safetensors"``; the
+    Models page calls this with what it shows.
+
+    ``projector``: the vision encoder, by its path in the repository (the person's choice),
+    :data:`NO_PROJECTOR` for none, or ``None`` for the one llama.cpp's rule pairs
+    (:func:`~models.hub.details.projector_for`).
+    """
     repo_id = details.repo_id
     variant = details.variant(quant) if quant and quant != "safetensors" else None
     if variant is not None:
@@ -90,15 +99,27 @@ def plan_details(details: ModelDetails, quant: Optional[str]) -> DownloadPlan:
                 f"{repo_id} lists {len(variant.files)} of the {variant.expected_shards} parts of {variant.quant}.",
                 "Pick another quantization; this one cannot be loaded incomplete.")
         files, label = list(variant.files), variant.quant
-        projector = projector_for(details, variant)  # an image-text model reads images with it
-        if projector is not None:
-            files.append(projector)
+        encoder = _chosen_projector(details, variant, projector)  # an image-text model reads images with it
+        if encoder is not None:
+            files.append(encoder)
     elif details.checkpoint is not None:
         files, label = details.checkpoint.files, "safetensors"
     else:
         raise QuantDeskError(f"{repo_id} has neither GGUF files nor a safetensors checkpoint.",
                              "Search for a GGUF or safetensors version of this model.")
     return DownloadPlan(repo_id, details.commit, label, [_remote(repo_id, details.commit, f) for f in files])
+
+
+def _chosen_projector(details: ModelDetails, variant, projector: Optional[str]) -> Optional[HubFileInfo]:
+    if projector is None:
+        return projector_for(details, variant)
+    if projector == NO_PROJECTOR:
+        return None
+    found = next((f for f in projectors_of(details) if f.path == projector), None)
+    if found is None:
+        raise QuantDeskError(f"{details.repo_id} has no vision encoder {projector}.",
+                             "Choose one of the mmproj files the repository lists.")
+    return found
 
 
 def _remaining_bytes(plan: DownloadPlan, models_dir: Path) -> int:

@@ -15,7 +15,6 @@ whole vocabulary (about 2 s for 49k tokens).
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import threading
 import weakref
@@ -31,18 +30,22 @@ GRAMMAR_FIX = ("Check the grammar's syntax (GBNF: rules 'name ::= ...' with a 'r
                "describes it.")
 
 
-def llguidance(module: str = "llguidance") -> Any:
-    """llguidance (or one of its modules), imported on first use.
+def llguidance() -> Any:
+    """The llguidance package with the modules used here, imported on first use. The import
+    statements are plain so that the installers' freezing finds the package.
 
     Raises:
         QuantDeskError: its native library cannot be loaded (a damaged install, or a system
             without what the library needs, such as Windows before 10).
     """
     try:
-        return importlib.import_module(module)
+        import llguidance
+        import llguidance.gbnf_to_lark
+        import llguidance.llamacpp
     except ImportError as exc:
         raise QuantDeskError(f"The structured-output engine (llguidance) could not be loaded: {exc}.",
                              "Reinstall QuantDesk; on Windows it needs Windows 10 or later.") from None
+    return llguidance
 
 
 def json_schema_grammar(schema: Any) -> str:
@@ -81,7 +84,7 @@ def gbnf_grammar(text: str) -> str:
         QuantDeskError: the grammar does not parse or does not compile (a sentence with
             llguidance's own words: the line and what it expected).
     """
-    gbnf_to_lark = llguidance("llguidance.gbnf_to_lark").gbnf_to_lark
+    gbnf_to_lark = llguidance().gbnf_to_lark.gbnf_to_lark
 
     if text.lstrip().startswith(LARK_HEADER):
         lark = text
@@ -111,7 +114,7 @@ def tokenizer_for(llm) -> Any:
     counts as the end of the reply, as llama.cpp's ``llama_vocab_is_eog`` says.
     """
     import llama_cpp
-    lltokenizer_from_vocab = llguidance("llguidance.llamacpp").lltokenizer_from_vocab
+    lltokenizer_from_vocab = llguidance().llamacpp.lltokenizer_from_vocab
 
     with _tokenizers_lock:
         tokenizer = _tokenizers.get(llm)

@@ -33,6 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.factory.tokenizer import byte_level_decoder  # noqa: E402
+
 LARGE_VOCAB = 152_064
 # The longest merged token: Qwen2.5's tokens average about 6.5 bytes; pairs of SmolLM2's
 # tokens up to 14 bytes give a mean of that order (printed with the results).
@@ -76,19 +78,6 @@ class Vocabulary:
         return out
 
 
-def _byte_decoder() -> dict:
-    """GPT-2's byte-level BPE alphabet (each byte a printable character), inverted."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = list(bs), 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
 def smollm2_tokens(model: Path) -> tuple[list[bytes], int]:
     """The GGUF's tokens as bytes (read with gguf, no llama.cpp), control tokens marked the
     way llguidance expects (a 0xff byte first), and the end-of-sequence token."""
@@ -100,7 +89,7 @@ def smollm2_tokens(model: Path) -> tuple[list[bytes], int]:
     types = reader.fields["tokenizer.ggml.token_type"]
     kinds = [int(types.parts[i][0]) for i in types.data]
     eos = int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
-    decoder = _byte_decoder()
+    decoder = byte_level_decoder()
     tokens = []
     for text, kind in zip(texts, kinds):
         if kind == gguf.TokenType.CONTROL:

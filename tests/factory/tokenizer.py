@@ -52,3 +52,16 @@ def train_bpe_tokenizer(vocab_size: int = 384, repeats: int = 20) -> Tokenizer:
     )
     tokenizer.train_from_iterator(TRAINING_CORPUS * repeats, trainer=trainer)
     return tokenizer
+
+
+def byte_level_decoder() -> dict:
+    """GPT-2's byte-level BPE alphabet (each byte a printable character), inverted."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}

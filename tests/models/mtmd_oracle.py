@@ -35,12 +35,23 @@ text = mtmd.mtmd_input_text(raw, len(raw), job["add_special"], True)
 chunks = mtmd.mtmd_input_chunks_init()
 array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
 assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), array, len(bitmaps)) == 0
+layout = []
+for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+    chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+    if mtmd.mtmd_input_chunk_get_type(chunk) == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+        count = ctypes.c_size_t(0)
+        tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+        layout.append({"text": [tokens[k] for k in range(count.value)]})
+    else:
+        image = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+        layout.append({"image": mtmd.mtmd_input_chunk_get_n_tokens(chunk),
+                       "nx": mtmd.mtmd_image_tokens_get_nx(image), "ny": mtmd.mtmd_image_tokens_get_ny(image)})
 n_past = llama_cpp.llama_pos(0)
 assert mtmd.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
 vocab = llama_cpp.llama_model_get_vocab(llm.model)
 n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
 out = {"prompt_tokens": mtmd.mtmd_helper_get_n_tokens(chunks), "positions": n_past.value,
-       "pieces": [], "logprobs": []}
+       "pieces": [], "logprobs": [], "layout": layout}
 position = n_past.value
 for _ in range(job["count"]):
     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).astype(np.float64)
@@ -63,7 +74,9 @@ print("RESULT " + json.dumps(out))
 
 def mtmd_greedy(model: Path, mmproj: Path, prompt: str, images: list[Path], count: int,
                 add_special: bool = True) -> dict:
-    """Greedy ``count`` tokens after ``prompt`` (one media marker per image), by libmtmd."""
+    """Greedy ``count`` tokens after ``prompt`` (one media marker per image), by libmtmd;
+    also the prompt's ``layout``: ``{"text": ids}`` and ``{"image": n_tokens, "nx", "ny"}``
+    chunks in order."""
     job = {"model": str(model), "mmproj": str(mmproj), "prompt": prompt, "images": [str(p) for p in images],
            "count": count, "add_special": add_special}
     proc = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(job), capture_output=True,

@@ -4,6 +4,7 @@ Oracle: transformers on the same checkpoint (``vision_oracle``), with the prompt
 as llama-server lays it out. The engine's greedy reply must be transformers' greedy reply,
 token for token, with log-probabilities close enough that every preprocessing mistake in
 ``WRONG_PREPROCESSING`` (BGR, a flip, wrong mean/std, unscaled pixels) is told apart.
+Qwen2-VL and Qwen2.5-VL (M-RoPE positions) are checked the same way, on libmtmd's layout.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from quantize.convert.convert import convert_with_projector
 from tests.factory.images import png_bytes, sample_picture
 from tests.factory.vision import write_tiny_vision_checkpoint
 from tests.models.conftest import TEST_THREADS
-from tests.models.vision_oracle import WRONG_PREPROCESSING, Gemma3Oracle, pixel_values
+from tests.models.vision_oracle import WRONG_PREPROCESSING, Gemma3Oracle, Qwen2VLOracle, pixel_values
 
 pytest.importorskip("torch")
 
@@ -293,6 +294,38 @@ def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
         pieces, ours = _reply_tokens(reply)
         assert pieces == oracle["pieces"]
         assert np.max(np.abs(np.subtract(ours, oracle["logprobs"]))) < 1e-3
+
+
+# Largest |Δ log-probability| against transformers seen: 8e-5 (Qwen2-VL), 1.3e-3
+# (Qwen2.5-VL); the smallest a wrong preprocessing moved a token: 3.6e-3 (a flip), 4.8e-3 (BGR).
+@pytest.mark.parametrize("family, tolerance, apart", [("qwen2vl", 2.5e-4, 10), ("qwen2_5_vl", 2e-3, 2)])
+def test_m_rope_reply_about_an_image_equals_transformers(tmp_path, family, tolerance, apart):
+    """Qwen2-VL and Qwen2.5-VL end to end: the engine's greedy reply (through the chat
+    template, libmtmd's prompt layout and M-RoPE positions) is transformers' on the same
+    checkpoint, token for token; each preprocessing mistake moves some token's
+    log-probability more than ``apart`` times the tolerance."""
+    from models.engine.chat_template import render_chat
+    from tests.models.mtmd_oracle import mtmd_greedy
+
+    ck = write_tiny_vision_checkpoint(tmp_path / family, family)
+    text, projector = convert_with_projector(ck.path, tmp_path / f"{family}.gguf", "f32")
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png_bytes(PICTURE))
+    with EngineClient() as client:
+        client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
+        reply = client.chat([_message(png_bytes(PICTURE), "What is this?")], GREEDY).wait()
+    template = json.loads((ck.path / "tokenizer_config.json").read_text())["chat_template"]
+    prompt = render_chat(template, [{"role": "user", "content": "<__media__>What is this?"}])
+    layout = mtmd_greedy(text, projector, prompt, [picture], 1)["layout"]  # as libmtmd lays it out
+    assert reply.stats.prompt_tokens == sum(len(c.get("text", ())) + c.get("image", 0) for c in layout)
+    oracle = Qwen2VLOracle(ck.path)
+    tokens, expected = oracle.greedy(layout, oracle.pixels(PICTURE), GREEDY.max_tokens)
+    pieces, ours = _reply_tokens(reply)
+    assert pieces == [oracle.token_bytes(t) for t in tokens]
+    assert np.max(np.abs(np.subtract(ours, expected))) < tolerance
+    for mistake in WRONG_PREPROCESSING:
+        wrong = oracle.logprobs(layout, oracle.pixels(PICTURE, mistake), tokens)
+        assert np.max(np.abs(np.subtract(wrong, expected))) > apart * tolerance, mistake
 
 
 @pytest.mark.parametrize("outtype, tolerance", [("f32", 1e-3), ("f16", 1e-3), ("q8_0", 1e-2)])

@@ -179,14 +179,18 @@ def test_number_bounds_are_sound(lo, hi):
 
 
 def test_an_engine_library_that_cannot_load_is_a_sentence_not_a_traceback(monkeypatch):
-    import importlib
+    import builtins
 
     from models.structured import guidance
 
-    def broken(name):
-        raise ImportError("DLL load failed while importing _lib: Module not found.")
+    real_import = builtins.__import__
 
-    monkeypatch.setattr(importlib, "import_module", broken)
+    def broken(name, *args, **kwargs):
+        if name.startswith("llguidance"):
+            raise ImportError("DLL load failed while importing _lib: Module not found.")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
     with pytest.raises(QuantDeskError, match=r"structured-output engine \(llguidance\) could "
                                              r"not be loaded: DLL load failed"):
         constraint_for_gbnf('root ::= "yes"')

@@ -98,3 +98,92 @@ class Gemma3Oracle:
         if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
             return [int(piece[3:5], 16)]
         return list(piece.replace("\u2581", " ").encode("utf-8"))
+
+
+class Qwen2VLOracle:
+    """A tiny Qwen2-VL or Qwen2.5-VL image-text checkpoint in transformers, float32, eager
+    attention.
+
+    The prompt is the one libmtmd builds (its text chunks' token ids, and each image chunk
+    as that many ``image_token_id`` placeholders); positions follow M-RoPE as both define
+    them (an image of ``nx`` × ``ny`` merged patches at ``(t, t + y, t + x)``, the text
+    after it from ``t + max(nx, ny)``), passed explicitly. Pixels go through transformers'
+    Qwen2VLImageProcessor's patch order, in numpy (no resize: the pictures' sides are
+    already multiples of 16).
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        import transformers
+
+        self.torch = torch
+        self.dir = Path(model_dir)
+        self.config = json.loads((self.dir / "config.json").read_text())
+        self.preprocessor = json.loads((self.dir / "preprocessor_config.json").read_text())
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.dir)
+        model_class = getattr(transformers, self.config["architectures"][0])  # Qwen2-VL or Qwen2.5-VL
+        self.model = model_class.from_pretrained(self.dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+    def pixels(self, picture: np.ndarray, mistake: str | None = None) -> tuple:
+        """``(pixel_values, image_grid_thw)`` of an RGB picture whose sides are multiples of
+        the patch × merge size, patchified as Qwen2VLImageProcessor does: the frame
+        repeated to a temporal patch, then patches in merge-window order."""
+        torch, pre = self.torch, self.preprocessor
+        x = picture.astype(np.float32) / 255.0
+        chw = WRONG_PREPROCESSING[mistake](x, pre) if mistake else _normalize(x, pre)
+        p, merge, frames = pre["patch_size"], pre["merge_size"], pre["temporal_patch_size"]
+        channels, height, width = chw.shape
+        gh, gw = height // p, width // p
+        patches = np.repeat(chw[None], frames, axis=0).reshape(
+            1, frames, channels, gh // merge, merge, p, gw // merge, merge, p)
+        patches = patches.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8).reshape(gh * gw, channels * frames * p * p)
+        return torch.from_numpy(np.ascontiguousarray(patches)), torch.tensor([[1, gh, gw]])
+
+    def _inputs(self, layout: list[dict], reply: list[int]):
+        ids, positions, t = [], [], 0
+        for chunk in layout:
+            if "text" in chunk:
+                ids += chunk["text"]
+                positions += [(p, p, p) for p in range(t, t + len(chunk["text"]))]
+                t += len(chunk["text"])
+            else:
+                ids += [self.config["image_token_id"]] * chunk["image"]
+                positions += [(t, t + y, t + x) for y in range(chunk["ny"]) for x in range(chunk["nx"])]
+                t += max(chunk["nx"], chunk["ny"])
+        assert self.config["image_token_id"] not in [i for c in layout for i in c.get("text", [])]
+        ids += reply
+        positions += [(p, p, p) for p in range(t, t + len(reply))]
+        torch = self.torch
+        return torch.tensor([ids]), torch.tensor(positions).T[:, None, :]
+
+    def _log_softmax_rows(self, layout, pixels, reply, rows):
+        torch = self.torch
+        input_ids, position_ids = self._inputs(layout, reply)
+        values, grid = pixels
+        with torch.no_grad():
+            logits = self.model(input_ids=input_ids, position_ids=position_ids, pixel_values=values,
+                                image_grid_thw=grid).logits[0].double()
+        return torch.log_softmax(logits[rows], dim=-1)
+
+    def greedy(self, layout: list[dict], pixels, count: int) -> tuple[list[int], list[float]]:
+        """``count`` greedy tokens after the prompt and their log-probabilities."""
+        tokens: list[int] = []
+        values: list[float] = []
+        for _ in range(count):
+            row = self._log_softmax_rows(layout, pixels, tokens, slice(-1, None))[0]
+            best = int(row.argmax())
+            tokens.append(best)
+            values.append(float(row[best]))
+        return tokens, values
+
+    def logprobs(self, layout: list[dict], pixels, reply: list[int]) -> list[float]:
+        """The log-probability of each ``reply`` token after the prompt and the reply so far."""
+        rows = self._log_softmax_rows(layout, pixels, reply, slice(-len(reply) - 1, -1))
+        return [float(rows[i, t]) for i, t in enumerate(reply)]
+
+    def token_bytes(self, token: int) -> list[int]:
+        """A token's bytes (byte-level BPE: each character stands for one byte)."""
+        from tests.factory.tokenizer import byte_level_decoder
+
+        decode = byte_level_decoder()
+        return [decode[c] for c in self.tokenizer.convert_ids_to_tokens([token])[0]]

@@ -192,6 +192,16 @@ class HubPanel(QWidget):
         self.variants_view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         right_layout.addWidget(self.variants_view, 1)
         buttons = QHBoxLayout()
+        # A repository with vision encoders (mmproj files): which one downloads with the
+        # variant. By default the one llama.cpp's rule pairs (shown in the variant's row).
+        self.projector_label = QLabel("Vision encoder:")
+        self.projector_combo = QComboBox()
+        self.projector_combo.setAccessibleName("Vision encoder")
+        self.projector_combo.setToolTip("The mmproj file downloaded with the variant, so the model reads images")
+        self.projector_label.setBuddy(self.projector_combo)
+        for widget in (self.projector_label, self.projector_combo):
+            widget.hide()
+            buttons.addWidget(widget)
         self.download_button = QPushButton("Download")
         self.download_button.setAccessibleName("Download")
         self.download_button.clicked.connect(self.download_selected)
@@ -323,6 +333,7 @@ class HubPanel(QWidget):
         self.details_title.setText(f"<b>{details.repo_id}</b>{gated}{params}<br>commit {details.commit[:10]} · "
                                    f"{len(details.variants)} GGUF variant(s)"
                                    + (" · convertible safetensors checkpoint" if details.checkpoint else ""))
+        self._offer_projectors(details)
         if choices:
             self.variants_view.selectRow(0)
         if details.gated:
@@ -335,11 +346,28 @@ class HubPanel(QWidget):
         self._update_buttons()
         self.details_shown.emit()
 
+    def _offer_projectors(self, details) -> None:
+        """The repository's vision encoders in the combo (hidden when it has none)."""
+        from models.hub.details import projectors_of
+        from models.hub.downloads import NO_PROJECTOR
+
+        combo = self.projector_combo
+        combo.clear()
+        found = projectors_of(details) if details is not None else []
+        if found:
+            combo.addItem("paired by llama.cpp's rule", None)
+            for f in found:
+                combo.addItem(f"{f.path} ({size_text(f.size)})", f.path)
+            combo.addItem("none (text only)", NO_PROJECTOR)
+        for widget in (self.projector_label, combo):
+            widget.setVisible(bool(found))
+
     def _details_failed(self, generation: int, repo_id: str, message: str) -> None:
         if generation != self._details_generation:
             return
         self._details_worker = None
         self.details_title.setText(f"{repo_id}: no details.")
+        self._offer_projectors(None)
         self._show_error(message)
         self._update_buttons()
         self.details_shown.emit()
@@ -380,15 +408,29 @@ class HubPanel(QWidget):
         choice, details = self.selected_choice(), self.details
         if choice is None or details is None:
             return None
+        projector = self.projector_combo.currentData() if self.projector_combo.count() else None
         try:
-            plan = plan_details(details, choice.label.split(" ")[0])
+            plan = plan_details(details, choice.label.split(" ")[0], projector)
         except QuantDeskError as exc:
             self.banner.show_message(exc.user_message, level="error")
             return None
         on_done = self._send_to_quantize if quantize else None
+        if projector and choice.kind == "gguf":  # a chosen encoder may not lie beside the model
+            on_done = self._remember_projector
         task = self.downloads.enqueue(plan, on_done)
         self.banner.show_message(f"Downloading {plan.repo_id} {plan.label} ({size_text(plan.size)}).", level="info")
         return task
+
+    def _remember_projector(self, task) -> None:
+        """The variant arrived with the vision encoder the person chose: the model loads
+        with it (wherever the repository keeps it)."""
+        from models.foundation.errors import QuantDeskError
+        from app.core.model_settings import choose_projector
+
+        try:
+            choose_projector(task.paths[0], task.paths[-1])
+        except QuantDeskError as exc:
+            self.banner.show_message(exc.user_message, level="error")
 
     def _send_to_quantize(self, task) -> None:
         folder = self.downloads.target_folder(task)

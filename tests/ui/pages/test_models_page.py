@@ -316,3 +316,41 @@ def test_a_variant_row_counts_its_vision_encoder():
     assert rows["Q4_K_M + vision"].size == 3_800_000 and rows["Q4_K_M + vision"].files == 2
     assert "mmproj-eyes-F16.gguf" in rows["Q4_K_M + vision"].reason
     assert 3_800_000 in seen
+
+
+def test_choose_the_vision_encoder_a_variant_downloads_with(qtbot, window, hub, tmp_path):
+    """A repository's mmproj files are offered beside the one llama.cpp's rule pairs (none
+    here: it sits in a folder of its own) and "none"; the chosen one downloads with the
+    variant and the model then loads with it, wherever it lies."""
+    from app.core.model_settings import load_settings_for
+    from tests.factory.vision import model_with_and_without_projector
+    from tests.models.hub_server import HubFile, HubRepo
+
+    text, _ = model_with_and_without_projector(tmp_path / "made")
+    hub.state.add_repo(HubRepo("acme/eyes-GGUF", {
+        "eyes-F16.gguf": HubFile(text.read_bytes()),
+        "encoders/mmproj-eyes-F16.gguf": HubFile((text.parent / "mmproj-gemma3.gguf").read_bytes()),
+    }, tags=["gguf"]))
+    page, hub_panel = _hub(qtbot, window)
+    _search(qtbot, hub_panel, "eyes")
+    assert list(_details(qtbot, hub_panel, "acme/eyes-GGUF")) == ["F16"]  # nothing paired
+    combo = hub_panel.projector_combo
+    assert combo.accessibleName() == "Vision encoder" and combo.isVisible()
+    assert [combo.itemData(i) for i in range(combo.count())] == [None, "encoders/mmproj-eyes-F16.gguf", ""]
+    combo.setCurrentIndex(1)
+    assert hub_panel.select_choice("F16")
+    task = hub_panel.download_selected()
+    assert [f.path for f in task.plan.files] == ["eyes-F16.gguf", "encoders/mmproj-eyes-F16.gguf"]
+    _task_state(qtbot, page, task, {"done"})
+    qtbot.waitUntil(lambda: load_settings_for(task.paths[0]).mmproj == str(task.paths[1].resolve()),
+                    timeout=10000)
+
+    combo.setCurrentIndex(combo.count() - 1)  # none: the variant alone
+    assert [f.path for f in hub_panel.download_selected().plan.files] == ["eyes-F16.gguf"]
+    _search(qtbot, hub_panel, "tiny")
+    _details(qtbot, hub_panel, "acme/tiny-GGUF")
+    assert combo.count() == 3  # its own encoder, listed again
+    hub_panel.format_combo.setCurrentIndex(hub_panel.format_combo.findData("safetensors"))
+    _search(qtbot, hub_panel, "tiny")
+    _details(qtbot, hub_panel, "acme/tiny-hf")
+    assert combo.count() == 0 and not combo.isVisible()
