@@ -73,6 +73,26 @@ def open_path_argument(argv: Sequence[str], commands: set[str]) -> Optional[str]
     return None
 
 
+def unknown_command(argv: Sequence[str], commands: set[str]) -> Optional[str]:
+    """The sentence for ``quantdesk WORD …`` when WORD is neither a command nor a path to
+    open (no such file or folder, and nothing that makes it look like one: no folder
+    separator, no extension), with the command closest to it; else ``None``.
+
+    ``quantdesk evl x`` is a mistyped ``eval``, not a model file named ``evl`` to open.
+    """
+    if not argv or argv[0].startswith(("-", "~")) or argv[0] in commands:
+        return None
+    word = argv[0]
+    if "/" in word or "\\" in word or os.path.splitext(word)[1] or os.path.exists(word):
+        return None
+    import difflib
+
+    closest = difflib.get_close_matches(word, sorted(commands), n=1, cutoff=0.6)
+    hint = f" Did you mean `quantdesk {closest[0]}`?" if closest else ""
+    return (f"{APP_NAME}: unknown command '{word}' (and no file or folder of that name is "
+            f"here).{hint} Run `quantdesk --help` for the list of commands.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each module of :data:`app.commands.COMMAND_MODULES` adds its subcommand."""
     parser = argparse.ArgumentParser(
@@ -99,7 +119,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     utf8_streams()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    open_path = open_path_argument(argv, parser.get_default("commands"))
+    commands = parser.get_default("commands")
+    mistyped = unknown_command(argv, commands)
+    if mistyped is not None:
+        print(mistyped, file=sys.stderr)
+        return 2
+    open_path = open_path_argument(argv, commands)
     args = parser.parse_args([] if open_path else argv)
     args.open_path = open_path
     if args.version:

@@ -15,7 +15,8 @@
 #      `apt-get install ./quantdesk_*.deb` pulls in the system libraries from Depends;
 #      ldd finds every dependency of every bundled ELF file there;
 #   3. as a new non-root user, with `env -i`: `quantdesk doctor` says "installed (.deb)";
-#      `quantdesk chat SmolLM2 --no-save` answers "Paris"; `quantdesk quantize` makes a
+#      `quantdesk chat SmolLM2 --no-save` answers "Paris", and with `--schema` JSON the
+#      schema accepts (llguidance in the bundle); `quantdesk quantize` makes a
 #      Q4_K_M, compiling its kernels into ~/.cache/QuantDesk/numba, and again from that cache; the window opens on Xvfb (timed; screenshot); the desktop entry validates
 #      and the .gguf MIME type points at it; `apt-get remove` takes it away again;
 #   4. the same with the .tar.gz unpacked in the user's home ("portable (.tar.gz)");
@@ -129,6 +130,10 @@ from tests.factory.checkpoints import write_tiny_checkpoint
 out = Path(sys.argv[1])
 shutil.copy(fetch_smollm2(cached_models_dir()), out / "SmolLM2-135M-Instruct.Q4_1.gguf")
 write_tiny_checkpoint(out / "tiny-llama")
+(out / "city.schema.json").write_text(
+    '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}, '
+    '"country": {"type": "string", "maxLength": 40}, "population": {"type": "integer", '
+    '"minimum": 0}}, "required": ["city", "country", "population"], "additionalProperties": false}')
 PY
 
 # ---------------------------------------------------------------- 2. clean Debian
@@ -197,6 +202,19 @@ check_cli() {  # check_CLI LABEL EXPECTED_KIND CMD...: doctor, chat, quantize
     echo "$out" > "$ARTIFACTS/chat-$label.txt"
     grep -qi "paris" <<<"$out" || { echo "$out"; fail "$label: the chat reply does not mention Paris"; }
     note "$label: quantdesk chat answered: $(grep -i paris <<<"$out" | head -1 | cut -c1-100)"
+
+    # Structured output through the bundled llguidance: the reply to a schema is JSON that
+    # the schema accepts (checked here by the reference jsonschema library too).
+    out=$(echo "Name the capital of France as JSON." | "$@" chat "/home/$USER_NAME/SmolLM2-135M-Instruct.Q4_1.gguf" \
+          --no-save --seed 2 --max-tokens 80 --schema "/home/$USER_NAME/city.schema.json" 2>&1) \
+        || { echo "$out"; fail "$label: quantdesk chat --schema failed"; }
+    echo "$out" > "$ARTIFACTS/chat-schema-$label.txt"
+    local reply
+    reply=$(grep -m1 '^> {' <<<"$out" | cut -c3-) || true
+    { [[ -n "$reply" ]] && grep -q ', valid\]' <<<"$out" && "$DEV_PYTHON" -c \
+        'import json, sys, jsonschema; jsonschema.validate(json.loads(sys.argv[1]), json.load(open(sys.argv[2])))' \
+        "$reply" "$INPUTS/city.schema.json"; } || { echo "$out"; fail "$label: the reply to a JSON Schema is not JSON the schema accepts"; }
+    note "$label: quantdesk chat --schema answered: $reply"
 
     # The first quantize compiles the kernels it needs into the user's cache folder (the
     # bundle is read-only); the second must load them from there: it adds or rewrites no

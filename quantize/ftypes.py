@@ -49,7 +49,9 @@ class FileType:
     @property
     def needs_imatrix(self) -> bool:
         """Whether llama-quantize refuses this file type without an importance matrix
-        (its rules give some layer weights a type that comes out as noise without one)."""
+        (its rules give some layer weights a type that comes out as noise without one; a
+        model whose rows are not multiples of 256 may escape it through the fall-backs,
+        which the plan's ``needs_imatrix`` says exactly)."""
         return self.name in IMATRIX_FILE_TYPES
 
     @property
@@ -98,17 +100,13 @@ _ALL = [
 WRITABLE_TYPES = frozenset({
     T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
     T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.TQ1_0, T.TQ2_0, T.MXFP4,
+    T.IQ3_XXS, T.IQ3_S, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ1_S, T.IQ1_M,
 })
 
-#: Every file type whose per-tensor rules :mod:`quantize.type_rules` reproduces, by name,
-#: in llama-quantize's order.
-PLANNED_FILE_TYPES: dict[str, FileType] = {ft.name: ft for ft in _ALL}
-
-
-#: Every file type QuantDesk can write, by name, in llama-quantize's order.
-#: (A file type is offered when its default type is writable; every type its rules give
-#: then is too, which ``tests/quantize/test_plan.py`` checks.)
-FILE_TYPES: dict[str, FileType] = {ft.name: ft for ft in _ALL if ft.default_type in WRITABLE_TYPES}
+#: Every file type QuantDesk can write (all that llama-quantize writes but Q1_0, Q2_0 and
+#: COPY), by name, in llama-quantize's order. Every tensor type their rules give is
+#: writable, which ``tests/quantize/test_plan.py`` checks.
+FILE_TYPES: dict[str, FileType] = {ft.name: ft for ft in _ALL}
 
 #: llama-quantize's aliases: the medium mix of a k-quant family.
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
@@ -136,9 +134,6 @@ def parse_file_type(text: str) -> FileType:
             return by_number[int(key)]
     if key in FILE_TYPES:
         return FILE_TYPES[key]
-    if key in PLANNED_FILE_TYPES:
-        raise QuantDeskError(f"QuantDesk cannot write {key} files yet.",
-                             f"Choose one of {', '.join(FILE_TYPES)}.")
     raise QuantDeskError(
         f"'{text}' is not a quantization type QuantDesk knows.",
         f"Choose one of {', '.join(FILE_TYPES)}.",

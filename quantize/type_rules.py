@@ -15,7 +15,7 @@
 The rules depend on the order in which llama.cpp visits tensors (``attn_v`` counts its
 position), so :class:`TensorTypeChooser` must be fed tensors in that order — see
 :func:`quantize.plan.llama_tensor_order`. Every file type of
-:data:`quantize.ftypes.PLANNED_FILE_TYPES` is handled, the i-quant mixes (``IQ2_M``,
+:data:`quantize.ftypes.FILE_TYPES` is handled, the i-quant mixes (``IQ2_M``,
 ``IQ3_M`` ...), the ternary types and ``MXFP4_MOE`` included; some of their choices
 depend on whether an importance matrix is given (``has_imatrix``).
 """

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     with EngineClient() as client:
         print(f"Loading {args.model} ...", file=sys.stderr, flush=True)
         report = client.load(args.model, settings)
-        print(report.summary(), file=sys.stderr, flush=True)
+        print(report.details(), file=sys.stderr, flush=True)
         result = _measure(client, args, info, report)
     threads = report.settings.threads
     print(format_result(f"{info.name} ({args.model.name}), {threads} threads", result))
@@ -58,12 +58,12 @@ def _run_split(args: argparse.Namespace, settings, info) -> int:
     with EngineClient() as client:
         print(f"Loading {args.model} on this computer alone ...", file=sys.stderr, flush=True)
         report = client.load(args.model, local_settings)
-        print(report.summary(), file=sys.stderr, flush=True)
+        print(report.details(), file=sys.stderr, flush=True)
         local = _measure(client, args, info, report)
         print(f"Loading {args.model} split with {', '.join(settings.remote_devices)} ...",
               file=sys.stderr, flush=True)
         report = client.load(args.model, settings)
-        print(report.summary(), file=sys.stderr, flush=True)
+        print(report.details(), file=sys.stderr, flush=True)
         traffic = measure_split_traffic(client, args.prompt_tokens, args.gen_tokens)
         split = _measure(client, args, info, report)
     print(format_split_result(f"{info.name} ({args.model.name})", local, split, report, traffic))

@@ -9,12 +9,15 @@ of llama.cpp ends one reply, not the session.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Optional
 
 from app.commands.engine_args import add_load_arguments, load_settings_from_args
 from models.foundation.errors import QuantDeskError
+
+log = logging.getLogger(__name__)
 
 HELP = ("Type a message. /image FILE attaches a picture to the next one, /exit quits, /reset "
         "starts a new conversation, Ctrl+C stops a reply.")
@@ -200,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Loading {args.model} ...", file=sys.stderr, flush=True)
         report = client.load(args.model, settings, progress=ConsoleProgress())
         print(report.summary(), file=sys.stderr)
+        log.info("model loaded: %s", report.details())
         print(HELP, file=sys.stderr, flush=True)
         while True:
             try:

@@ -61,6 +61,8 @@ def _run(args: argparse.Namespace) -> int:
                               plan_targets, quantize_model)
     from quantize.plan import format_size
 
+    if args.type.strip().lower() == "list":
+        return _list_types(Path(args.input), args)
     file_types = [parse_file_type(t) for t in args.type.split(",") if t.strip()]
     if not file_types:
         raise QuantDeskError("--type names no quantization type.", "Give one, e.g. --type Q4_K_M.")
@@ -99,6 +101,35 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_types(input_path: Path, args: argparse.Namespace) -> int:
+    """``--type list``: every type this model can be quantized to, largest first (each
+    i-quant beside the k-quants of its size), with its exact file size; nothing is written."""
+    from app.core.quantize_queue import offered_types
+    from quantize.ftypes import parse_file_type
+    from quantize.imatrix import load_imatrix
+    from quantize.job import QuantizeOptions, QuantizeTarget, open_source, plan_targets
+    from quantize.plan import format_size
+
+    names = offered_types()
+    targets = [QuantizeTarget(parse_file_type(n), default_output(input_path, n)) for n in names]
+    options = QuantizeOptions(pure=args.pure, imatrix=args.imatrix)
+    source = open_source(input_path)
+    try:
+        imatrix = load_imatrix(Path(args.imatrix)) if args.imatrix else None
+        plans = plan_targets(source, targets, options, imatrix)
+    finally:
+        getattr(source, "close", lambda: None)()
+    print(f"Types for {source.description} (exact sizes; nothing is written):")
+    for name, plan in zip(names, plans):
+        note = ""
+        if plan.needs_imatrix:
+            note = "  uses the importance matrix" if imatrix is not None else "  needs an importance matrix"
+        print(f"  {name:<10} {plan.bits_per_weight:5.2f} bpw  {format_size(plan.file_size):>11}{note}")
+    if any(p.needs_imatrix for p in plans) and imatrix is None:
+        print("Make an importance matrix with `quantdesk imatrix MODEL`, then give it with --imatrix.")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from quantize.ftypes import FILE_TYPES  # names only: no numpy, no kernels
 
@@ -106,7 +137,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "quantize", help="quantize a GGUF or Hugging Face folder to Q4_K_M, Q8_0, ... (llama-quantize's types)",
         description="Quantize a model exactly as llama-quantize does. Types: " + ", ".join(FILE_TYPES) + ".")
     parser.add_argument("input", help="an F32/F16/BF16 GGUF file or a Hugging Face safetensors folder")
-    parser.add_argument("--type", required=True, help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K")
+    parser.add_argument("--type", required=True,
+                        help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K; 'list' prints every type "
+                             "with its exact size for this model")
     parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")
     parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat)")
     parser.add_argument("--pure", action="store_true", help="no k-quant mixture: every weight in the default type")

@@ -15,6 +15,10 @@ through :func:`route_path`, which decides which page takes the path:
   convertible is the converter's question; the page shows its sentence.
 
 Anything else is a :class:`~models.foundation.errors.QuantDeskError` with a sentence.
+
+A model opened this way joins the Library once it loads (:func:`add_opened_model`, undone
+by :func:`forget_opened_model`), so it is still listed on the Models page and by the
+server the next time, not only while the window is open.
 """
 
 from __future__ import annotations
@@ -108,3 +112,35 @@ def route_path(path: str | Path, current_page: Optional[str] = None) -> OpenRout
         "Drop a .gguf file to chat with it, a picture to send it with your next message, or "
         "a folder with config.json and .safetensors files to convert and quantize it.",
     )
+
+
+def add_opened_model(path: str | Path, library=None):
+    """Add a model opened in the window (``quantdesk PATH``, File ▸ Open, a drop) to the
+    Library, where it stays: the Models page lists it and the server offers it from then on.
+
+    Returns the new :class:`~models.library.LibraryModel`, or ``None`` when there is nothing
+    to add: the Library has the file already, or it lies in the models folder (which the
+    Library finds by itself). The file is not moved or copied.
+
+    Raises:
+        QuantDeskError: The file cannot be read as a model.
+    """
+    from models.library import Library
+
+    library = library if library is not None else Library()
+    path = Path(path).expanduser().resolve()
+    if path.is_relative_to(library.models_dir) or library.get(path) is not None:
+        return None
+    return library.import_path(path)
+
+
+def forget_opened_model(path: str | Path, library=None) -> None:
+    """Undo :func:`add_opened_model`: the Library forgets the file; the file stays."""
+    from models.library import Library
+
+    library = library if library is not None else Library()
+    path = Path(path).expanduser().resolve()
+    if path.is_relative_to(library.models_dir):
+        raise ValueError(f"{path} is in the models folder: removing it would delete it")
+    if library.get(path) is not None:
+        library.remove(path)

@@ -82,7 +82,20 @@ class LoadReport:
     remote_workers: tuple[tuple[str, str], ...] = ()
 
     def summary(self) -> str:
-        """A line for the user."""
+        """What a person wants to know, in sentences: which model, where it runs, how much
+        memory it takes and how long its context is (the buffers are in :meth:`details`)."""
+        memory = self.offload.memory_words()
+        text = f"{Path(self.path).name} runs {self.offload.where()}" + \
+            (f" and uses {memory}" if memory else "") + \
+            f"; its context holds {self.context_length:,} tokens."
+        if not self.use_extra_bufts:
+            text += " It uses the safe CPU kernels: this computer crashed with the fast ones."
+        if self.settings.draft_model:
+            text += f" It drafts with {Path(self.settings.draft_model).name}."
+        return text
+
+    def details(self) -> str:
+        """Everything about the load on one line, buffer by buffer (the log, the details)."""
         fallback_note = " (safe CPU kernels: this computer crashed with the fast ones)" \
             if not self.use_extra_bufts else ""
         if self.settings.draft_model:

@@ -62,8 +62,44 @@ class OffloadReport:
         """Layers left on the CPU."""
         return max(self.layers_total - self.layers_on_gpu, 0)
 
+    def where(self) -> str:
+        """Where the model runs, in words: ``"on the CPU"``, ``"on the GPU (CUDA0)"``,
+        ``"on the GPU (CUDA0) for 20 of 31 layers, the rest on the CPU"``, or the layers
+        per device when they went to other computers or several GPUs (remote devices
+        named by their entries)."""
+        gpus_used = [name for name in self.layers_by_device if name != "CPU"]
+        if self.device_labels or len(gpus_used) > 1:
+            return "with its layers split: " + self.placement()
+        if self.layers_on_gpu == 0:
+            return "on the CPU"
+        gpus = sorted({name for _, name in self.buffers if _memory_place(name) == "GPU"})
+        gpu = f"the GPU ({', '.join(gpus)})" if gpus else "the GPU"
+        if self.layers_on_gpu >= self.layers_total:
+            return f"on {gpu}"
+        return f"on {gpu} for {self.layers_on_gpu} of {self.layers_total} layers, the rest on the CPU"
+
+    def memory_mib(self) -> dict[str, float]:
+        """MiB of the model's, KV cache's, compute and output buffers by where they live:
+        ``"RAM"`` (the CPU's buffers, a file mapped from disk, a GPU backend's host
+        buffers), ``"GPU"`` and ``"remote"`` (RPC devices on other computers)."""
+        places: dict[str, float] = {}
+        for (_, name), mib in self.buffers.items():
+            place = _memory_place(name)
+            places[place] = places.get(place, 0.0) + mib
+        return places
+
+    def memory_words(self) -> str:
+        """The memory it takes, e.g. ``"282 MiB of memory"``, ``"1.3 GiB of GPU memory and
+        120 MiB of RAM"``; empty when llama.cpp reported no buffers."""
+        places = self.memory_mib()
+        if set(places) <= {"RAM"}:
+            return f"{_mib_words(places['RAM'])} of memory" if places else ""
+        words = {"GPU": "of GPU memory", "remote": "on other computers", "RAM": "of RAM"}
+        parts = [f"{_mib_words(places[p])} {w}" for p, w in words.items() if places.get(p)]
+        return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+
     def summary(self) -> str:
-        """One line for the user: layers and buffer sizes."""
+        """One line for the log and the details: layers and buffer sizes."""
         parts = [f"{self.layers_on_gpu}/{self.layers_total} layers on GPU, "
                  f"{self.layers_on_cpu} on CPU"]
         if len(self.layers_by_device) > 1 or self.device_labels:
@@ -91,6 +127,20 @@ class OffloadReport:
         buffers = {tuple(key.split(":", 1)): mib for key, mib in values["buffers"].items()}
         return cls(values["layers_on_gpu"], values["layers_total"], buffers,  # type: ignore[arg-type]
                    dict(values.get("layers_by_device", {})), dict(values.get("device_labels", {})))
+
+
+def _memory_place(buffer: str) -> str:
+    """``"RAM"``, ``"GPU"`` or ``"remote"`` for a buffer name (``CPU``, ``CPU_Mapped``,
+    ``CUDA_Host``, ``CUDA0``, ``Metal``, ``Vulkan0``, ``RPC0[host:port]``)."""
+    if buffer.startswith("RPC"):
+        return "remote"
+    if buffer.startswith("CPU") or buffer.endswith("_Host"):
+        return "RAM"
+    return "GPU"
+
+
+def _mib_words(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
 
 
 def parse_offload_report(lines: Iterable[str]) -> OffloadReport:

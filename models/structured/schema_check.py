@@ -77,12 +77,87 @@ def _is_count(x: Any) -> bool:
 
 def compile_pattern(pattern: str, pointer: str) -> "re.Pattern[str]":
     """``re.compile`` with its errors as a sentence (JSON Schema's regex dialect is ECMA 262;
-    Python's ``re`` reads the common subset the same way)."""
+    Python's ``re`` reads the common subset the same way). Characters that Python reads as
+    literals today but warns about (:func:`unambiguous_pattern`) are escaped first, so a
+    schema never prints ``FutureWarning`` to the terminal."""
     try:
-        return re.compile(pattern)
+        return re.compile(unambiguous_pattern(pattern))
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
         raise SchemaError(pointer, f"the regular expression {pattern!r} is not one QuantDesk can "
                                    f"read ({exc})") from None
+
+
+# How many characters after "\\x", "\\u", "\\U" a class escape reads (as Python's parser does).
+_HEX_DIGITS_AFTER = {"x": 2, "u": 4, "U": 8}
+
+
+def _class_escape(pattern: str, i: int) -> str:
+    """The escape starting at ``pattern[i]`` (a backslash) inside a character class."""
+    kind = pattern[i + 1:i + 2]
+    if kind in _HEX_DIGITS_AFTER:
+        return pattern[i:i + 2 + _HEX_DIGITS_AFTER[kind]]
+    if kind == "N" and pattern[i + 2:i + 3] == "{":
+        end = pattern.find("}", i)
+        return pattern[i:end + 1] if end >= 0 else pattern[i:]
+    if kind and kind in "01234567":
+        end = i + 2
+        while end < i + 4 and pattern[end:end + 1] and pattern[end] in "01234567":
+            end += 1
+        return pattern[i:end]
+    return pattern[i:i + 2]
+
+
+def unambiguous_pattern(pattern: str) -> str:
+    """``pattern`` with the characters escaped that Python's ``re`` reads as literals but
+    warns about (``FutureWarning: Possible nested set`` / ``set difference``…), because a
+    later Python may read them as set operations: a ``[`` opening a class's first item
+    (``[[a-z]]``) and a doubled ``-``, ``&``, ``~`` or ``|`` inside a class (``[a-z--b]``).
+    They are literals in ECMA 262 too, so escaping them keeps what the pattern matches.
+
+    It walks the classes as Python's parser does (its ``_parse`` of ``[...]``), so only the
+    characters it would warn about change; everything else is left as written.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+
+    def token(at: int) -> str:
+        return _class_escape(pattern, at) if pattern[at] == "\\" else pattern[at]
+
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+        if c != "[":
+            continue
+        nested = pattern[i:i + 1] == "["  # "[[": Python warns of a nested set
+        if pattern[i:i + 1] == "^":
+            out.append("^")
+            i += 1
+        nonempty = False
+        while i < n:
+            this = token(i)
+            i += len(this)
+            if this == "]" and nonempty:
+                out.append("]")
+                break
+            if nested and not nonempty or \
+                    nonempty and this in ("-", "&", "~", "|") and pattern[i:i + 1] == this:
+                out.append("\\" + this)  # "--", "&&", "~~", "||": a possible set operation
+            else:
+                out.append(this)
+            nonempty = True
+            if pattern[i:i + 1] == "-" and i + 1 < n:  # a range, or "-" before the "]"
+                that = token(i + 1)
+                i += 1 + len(that)
+                if that == "]":
+                    out.append("-]")
+                    break
+                out.append("-\\-" if that == "-" else "-" + that)
+    return "".join(out)
 
 
 class SchemaIndex:

@@ -19,13 +19,18 @@ Weights are ``x²`` without an imatrix, ``qw * sqrt(sigma2 + x²)`` with one (``
 twice the super-block's mean square). IQ4_XS then quantizes the group scales against
 ``d = -max_scale/32`` (the float32 ``d``, not its fp16 rounding) and re-picks every
 level with the stored group scale; IQ4_NL re-picks with its one scale.
+
+The 32-value groups of a batch of blocks are lanes (:mod:`.lanes`): every trial runs
+over all of them at once, each lane summing in C's order, and the nearest level is
+found without branches (:func:`best_index_int8`), so LLVM vectorizes across lanes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, fp32_to_fp16, helper, inline, kernel, nearest_int
+from quantize.blocks.jit import F32, GROUP_MAX_EPS, f32, fp32_to_fp16, helper, inline, kernel, nearest_int, pick
+from quantize.blocks.lanes import block_sum_squares, gather, imatrix_weights
 
 #: ggml's ``kvalues_iq4nl``: the 16 levels of IQ4_NL and IQ4_XS.
 IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
@@ -33,144 +38,153 @@ _LEVELS = IQ4_LEVELS.astype(np.float32)
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
 _NTRY = 7
+BATCH = 64  # 32-value groups per batch (IQ4_NL: blocks; IQ4_XS: 8 a block)
 
 
 @inline
 def best_index_int8(values, x):
-    """ggml's ``best_index_int8(16, values, x)``: the nearest level by bisection (ties upward)."""
-    if x <= values[0]:
-        return 0
-    if x >= values[15]:
-        return 15
+    """ggml's ``best_index_int8(16, values, x)``, without branches: the bisection ends at
+    the last level not above ``x`` (x strictly inside the table), then the nearer of it
+    and the next, the upper one on a tie; the ends clamp. NaN (a scale from weights that
+    overflowed) compares as C's bisection reads it, "not below": index 15."""
     ml = 0
-    mu = 15
-    while mu - ml > 1:
-        mav = (ml + mu) // 2
-        if x < values[mav]:
-            mu = mav
-        else:
-            ml = mav
-    return mu - 1 if x - values[mu - 1] < values[mu] - x else mu
-
-
-@inline
-def _trial_sums(x, at, weight, inv):
-    """``sumqx = sum w*q*x`` and ``sumq2 = sum w*q*q`` with each value at its nearest level of ``inv*x``."""
-    sumqx = _ZERO
-    sumq2 = _ZERO
-    for j in range(32):
-        q = _LEVELS[best_index_int8(_LEVELS, inv * x[at + j])]
-        w = weight[j]
-        sumqx += w * q * x[at + j]
-        sumq2 += w * q * q
-    return sumqx, sumq2
+    for k in range(1, 15):
+        ml += np.int32(x < values[k]) ^ 1
+    index = pick(x - values[ml] < values[ml + 1] - x, ml, ml + 1)
+    index = pick(x <= values[0], 0, index)
+    return pick(x >= values[15], 15, index)
 
 
 @helper
-def _group_scale(x, at, weight):
-    """The scale search of one 32-value group starting at ``x[at]`` (``ntry = 7``)."""
-    amax = _ZERO
-    mx = _ZERO
-    for j in range(32):
-        ax = np.abs(x[at + j])
-        if ax > amax:
-            amax = ax
-            mx = x[at + j]
-    if amax < GROUP_MAX_EPS:
-        return _ZERO
-    d = -mx / _LEVELS[0]
-    sumqx, sumq2 = _trial_sums(x, at, weight, _ONE / d)
-    d = sumqx / sumq2 if sumq2 > _ZERO else _ZERO
-    best = d * sumqx
-    for itry in range(-_NTRY, _NTRY + 1):
-        sumqx, sumq2 = _trial_sums(x, at, weight, f32(itry - 127) / mx)
-        if sumq2 > _ZERO and sumqx * sumqx > best * sumq2:
-            d = sumqx / sumq2
-            best = d * sumqx
-    return d
-
-
-@inline
-def _weights(x, at, qw, qw_at, use_qw, sigma2, weight):
-    for j in range(32):
-        v = x[at + j]
-        weight[j] = qw[qw_at + j] * np.sqrt(sigma2 + v * v) if use_qw else v * v
-
-
-@inline
-def _sigma2(x, n):
-    total = _ZERO
+def _group_scales(xt, wt, d):
+    """The scale search of every lane (``ntry = 7``); ``d[g]`` gets lane ``g``'s scale."""
+    n, lanes = xt.shape
+    mx = np.empty(lanes, np.float32)
+    amax = np.empty(lanes, np.float32)
+    inv = np.empty(lanes, np.float32)
+    sumqx = np.empty(lanes, np.float32)
+    sumq2 = np.empty(lanes, np.float32)
+    best = np.empty(lanes, np.float32)
+    for g in range(lanes):
+        amax[g] = _ZERO
+        mx[g] = _ZERO
     for j in range(n):
-        total += x[j] * x[j]
-    return total * (F32(2.0) / f32(n))
+        for g in range(lanes):
+            ax = np.abs(xt[j, g])
+            take = ax > amax[g]
+            amax[g] = pick(take, ax, amax[g])
+            mx[g] = pick(take, xt[j, g], mx[g])
+    for t in range(-_NTRY - 1, _NTRY + 1):
+        for g in range(lanes):
+            # the first pass: -max/values[0]; then (itry + values[0])/max
+            inv[g] = _ONE / (-mx[g] / _LEVELS[0]) if t < -_NTRY else f32(t - 127) / mx[g]
+            sumqx[g] = _ZERO
+            sumq2[g] = _ZERO
+        for j in range(n):
+            for g in range(lanes):
+                v = xt[j, g]
+                q = _LEVELS[best_index_int8(_LEVELS, inv[g] * v)]
+                w = wt[j, g]
+                sumqx[g] += w * q * v
+                sumq2[g] += w * q * q
+        for g in range(lanes):
+            if t < -_NTRY:
+                d[g] = pick(sumq2[g] > _ZERO, sumqx[g] / sumq2[g], _ZERO)
+                best[g] = d[g] * sumqx[g]
+            else:
+                better = (sumq2[g] > _ZERO) & (sumqx[g] * sumqx[g] > best[g] * sumq2[g])
+                d[g] = pick(better, sumqx[g] / sumq2[g], d[g])
+                best[g] = pick(better, d[g] * sumqx[g], best[g])
+    for g in range(lanes):
+        d[g] = pick(amax[g] < GROUP_MAX_EPS, _ZERO, d[g])
 
 
 @helper
-def _pack_nibbles(out, blk, at, levels, n):
-    for i in range(n // 32):
-        for j in range(16):
-            out[blk, at + 16 * i + j] = np.uint8(levels[32 * i + j] | (levels[32 * i + 16 + j] << 4))
+def _batch_scales(x, qw, use_qw, first, count, blocks_per_row, xt, wt, d):
+    """Gather blocks ``first .. first+count`` as 32-value lanes, weigh them, search their scales."""
+    gather(x, first, count, 32, xt)
+    lanes = xt.shape[1]
+    if use_qw:
+        sigma2 = np.empty(count, np.float32)
+        for b in range(count):
+            sigma2[b] = block_sum_squares(x, first + b) * (F32(2.0) / f32(x.shape[1]))
+        imatrix_weights(xt, qw, first, count, blocks_per_row, 32, sigma2, False, wt)
+    else:
+        for j in range(32):
+            for g in range(lanes):
+                wt[j, g] = xt[j, g] * xt[j, g]
+    _group_scales(xt, wt, d)
+
+
+@inline
+def _store_levels(out, blk, at, xb, base, inv):
+    """``qs[16i + j] = L[j] | L[j + 16] << 4`` of 32 values at ``xb[base:]`` picked at ``inv``."""
+    for j in range(16):
+        lo = best_index_int8(_LEVELS, inv * xb[base + j])
+        hi = best_index_int8(_LEVELS, inv * xb[base + 16 + j])
+        out[blk, at + j] = np.uint8(lo | (hi << 4))
 
 
 @kernel
 def iq4_nl(x, qw, blocks_per_row, out):
     """``quantize_iq4_nl``: ``x`` ``(blocks, 32)`` float32, ``qw`` one row's imatrix or empty."""
     use_qw = qw.shape[0] > 0
-    weight = np.empty(32, np.float32)
-    levels = np.empty(32, np.uint8)
-    for blk in range(x.shape[0]):
-        xb = x[blk]
-        sigma2 = _sigma2(xb, 32)
-        _weights(xb, 0, qw, (blk % blocks_per_row) * 32, use_qw, sigma2, weight)
-        d = _group_scale(xb, 0, weight)
-        h = fp32_to_fp16(d)
-        out[blk, 0] = np.uint8(h & 0xFF)
-        out[blk, 1] = np.uint8(h >> 8)
-        inv = _ONE / d if d != _ZERO else _ZERO
-        for j in range(32):
-            levels[j] = best_index_int8(_LEVELS, inv * xb[j])
-        _pack_nibbles(out, blk, 2, levels, 32)
+    xt = np.empty((32, BATCH), np.float32)
+    wt = np.empty((32, BATCH), np.float32)
+    d = np.empty(BATCH, np.float32)
+    for first in range(0, x.shape[0], BATCH):
+        count = min(BATCH, x.shape[0] - first)
+        if count < BATCH:  # the last batch: lane arrays of its width (contiguous, as gather wants)
+            xt = np.empty((32, count), np.float32)
+            wt = np.empty((32, count), np.float32)
+        _batch_scales(x, qw, use_qw, first, count, blocks_per_row, xt, wt, d)
+        for b in range(count):
+            blk = first + b
+            h = fp32_to_fp16(d[b])
+            out[blk, 0] = np.uint8(h & 0xFF)
+            out[blk, 1] = np.uint8(h >> 8)
+            inv = _ONE / d[b] if d[b] != _ZERO else _ZERO
+            _store_levels(out, blk, 2, x[blk], 0, inv)
 
 
 @kernel
 def iq4_xs(x, qw, blocks_per_row, out):
     """``quantize_iq4_xs``: ``x`` ``(blocks, 256)`` float32, ``qw`` one row's imatrix or empty."""
     use_qw = qw.shape[0] > 0
-    weight = np.empty(32, np.float32)
-    scales = np.empty(8, np.float32)
-    levels = np.empty(256, np.uint8)
-    for blk in range(x.shape[0]):
-        xb = x[blk]
-        sigma2 = _sigma2(xb, 256)
-        qw_at = (blk % blocks_per_row) * 256
-        max_scale = _ZERO
-        amax_scale = _ZERO
-        for ib in range(8):
-            _weights(xb, 32 * ib, qw, qw_at + 32 * ib, use_qw, sigma2, weight)
-            d = _group_scale(xb, 32 * ib, weight)
-            scales[ib] = d
-            if np.abs(d) > amax_scale:
-                amax_scale = np.abs(d)
-                max_scale = d
-        d = -max_scale / F32(32.0)
-        h = fp32_to_fp16(d)
-        out[blk, 0] = np.uint8(h & 0xFF)
-        out[blk, 1] = np.uint8(h >> 8)
-        inv = _ONE / d if d != _ZERO else _ZERO
-        scales_h = 0
-        for ib in range(8):
-            l = nearest_int(inv * scales[ib])
-            l = max(-32, min(31, l))
-            dl = d * f32(l)
-            idl = _ONE / dl if dl != _ZERO else _ZERO
-            for j in range(32):
-                levels[32 * ib + j] = best_index_int8(_LEVELS, idl * xb[32 * ib + j])
-            l += 32
-            if ib % 2 == 0:
-                out[blk, 4 + ib // 2] = np.uint8(l & 0xF)
-            else:
-                out[blk, 4 + ib // 2] |= np.uint8((l & 0xF) << 4)
-            scales_h |= (l >> 4) << (2 * ib)
-        out[blk, 2] = np.uint8(scales_h & 0xFF)
-        out[blk, 3] = np.uint8((scales_h >> 8) & 0xFF)
-        _pack_nibbles(out, blk, 8, levels, 256)
+    per = BATCH // 8
+    xt = np.empty((32, BATCH), np.float32)
+    wt = np.empty((32, BATCH), np.float32)
+    d = np.empty(BATCH, np.float32)
+    for first in range(0, x.shape[0], per):
+        count = min(per, x.shape[0] - first)
+        if count < per:
+            xt = np.empty((32, 8 * count), np.float32)
+            wt = np.empty((32, 8 * count), np.float32)
+        _batch_scales(x, qw, use_qw, first, count, blocks_per_row, xt, wt, d)
+        for b in range(count):
+            blk = first + b
+            max_scale = _ZERO
+            amax_scale = _ZERO
+            for ib in range(8):
+                s = d[ib * count + b]
+                if np.abs(s) > amax_scale:
+                    amax_scale = np.abs(s)
+                    max_scale = s
+            dd = -max_scale / F32(32.0)
+            h = fp32_to_fp16(dd)
+            out[blk, 0] = np.uint8(h & 0xFF)
+            out[blk, 1] = np.uint8(h >> 8)
+            inv = _ONE / dd if dd != _ZERO else _ZERO
+            scales_h = 0
+            for ib in range(8):
+                l = max(-32, min(31, nearest_int(inv * d[ib * count + b])))
+                dl = dd * f32(l)
+                _store_levels(out, blk, 8 + 16 * ib, x[blk], 32 * ib, _ONE / dl if dl != _ZERO else _ZERO)
+                l += 32
+                if ib % 2 == 0:
+                    out[blk, 4 + ib // 2] = np.uint8(l & 0xF)
+                else:
+                    out[blk, 4 + ib // 2] |= np.uint8((l & 0xF) << 4)
+                scales_h |= (l >> 4) << (2 * ib)
+            out[blk, 2] = np.uint8(scales_h & 0xFF)
+            out[blk, 3] = np.uint8((scales_h >> 8) & 0xFF)

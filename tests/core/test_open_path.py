@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import open_path_argument
-from app.core.open_path import CHAT, QUANTIZE, OpenRoute, is_image_file, is_unquantized_gguf, route_path
+from app.core.open_path import (CHAT, QUANTIZE, OpenRoute, add_opened_model, forget_opened_model,
+                                is_image_file, is_unquantized_gguf, route_path)
 from models.foundation.errors import QuantDeskError
 from tests.models.library_gguf import write_gguf
 
@@ -61,6 +62,24 @@ def test_command_line_path_argument():
     assert open_path_argument([], commands) is None
 
 
+def test_a_word_that_is_no_command_and_no_path_is_an_unknown_command(tmp_path, capsys,
+                                                                      monkeypatch):
+    from app import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evl", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'evl'" in err and "Did you mean `quantdesk eval`?" in err
+    assert cli.main(["zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'zzzz'" in err and "Did you mean" not in err
+    commands = {"chat", "eval"}
+    (tmp_path / "evl").mkdir()  # a folder of that name here: a path to open, as before
+    assert cli.unknown_command(["evl"], commands) is None
+    for path_like in ("evl.gguf", "models/evl", "~/evl", "--help", "chat"):
+        assert cli.unknown_command([path_like], commands) is None
+
+
 def test_open_path_without_display_says_what_to_run(tmp_path, capsys, monkeypatch):
     from app import cli
 
@@ -79,3 +98,33 @@ def test_pictures_go_to_the_chat_page(tmp_path):
         assert is_image_file(tmp_path / name)
         assert route_path(tmp_path / name, "Quantize") == OpenRoute(CHAT, (tmp_path / name).resolve())
     assert not is_image_file(tmp_path / "model.gguf")
+
+
+def test_a_model_opened_from_elsewhere_joins_the_library_until_undone(tmp_path):
+    from models.library import Library
+
+    model = write_gguf(tmp_path / "elsewhere" / "tiny-Q8_0.gguf", name="Tiny")
+    added = add_opened_model(model)
+    assert added is not None and added.path == str(model.resolve()) and added.source == "imported"
+    # Listed from now on: a new Library (the Models page, the server) finds it after a scan.
+    library = Library()
+    library.scan()
+    assert [m.path for m in library.models()] == [str(model.resolve())]
+    assert add_opened_model(model) is None  # known already: nothing to add or undo
+    forget_opened_model(model)
+    library.scan()
+    assert library.models() == [] and model.is_file()  # forgotten; the file stays
+
+
+def test_a_model_in_the_models_folder_is_left_to_the_librarys_scan(tmp_path):
+    from models.library import Library
+
+    inside = write_gguf(Library().models_dir / "mine" / "tiny.gguf")
+    assert add_opened_model(inside) is None
+    with pytest.raises(ValueError):
+        forget_opened_model(inside)  # removing it from the Library would delete the file
+    assert inside.is_file()
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not gguf at all")
+    with pytest.raises(QuantDeskError):
+        add_opened_model(broken)

@@ -202,6 +202,12 @@ def test_load_report_says_where_the_layers_went(smollm2_engine, smollm2_gguf):
     assert ("KV", "CPU") in report.offload.buffers
     assert report.context_length == 1024 and report.template == "the model's own"
     assert "CPU" in report.backends
+    # In words: which model, where it runs, how much memory, how long its context is; the
+    # buffers only in the details.
+    total = sum(report.offload.buffers.values())
+    assert report.summary() == (f"{smollm2_gguf.name} runs on the CPU and uses {total:.0f} MiB "
+                                "of memory; its context holds 1,024 tokens.")
+    assert "KV CPU" in report.details() and "0/31 layers on GPU" in report.details()
 
 
 def test_loading_reports_llama_cpps_progress_then_the_self_test(smollm2_gguf):

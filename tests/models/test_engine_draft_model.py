@@ -43,7 +43,8 @@ def drafted_engine(smollm2_f16, smollm2_gguf):
 
 
 def test_greedy_reply_is_unchanged_and_guesses_are_kept(drafted_engine, smollm2_gguf):
-    assert f"draft model {smollm2_gguf.name}" in drafted_engine.last_load.summary()
+    assert f"It drafts with {smollm2_gguf.name}." in drafted_engine.last_load.summary()
+    assert f"draft model {smollm2_gguf.name}" in drafted_engine.last_load.details()
     plain = drafted_engine.chat(STORY, GREEDY).wait()
     assert plain.stats.draft_tokens == 0 and plain.stats.draft_seconds == 0
     fast = drafted_engine.chat(STORY, DRAFTED).wait()
@@ -110,4 +111,4 @@ def test_cli_chat_with_a_draft_model(smollm2_f16, smollm2_gguf):
         cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "drafted tokens accepted" in result.stderr
-    assert f"draft model {smollm2_gguf.name}" in result.stderr
+    assert f"It drafts with {smollm2_gguf.name}." in result.stderr

@@ -131,6 +131,10 @@ def test_imported_file_that_disappears_leaves_the_library(tmp_path):
 
 def test_quant_names_and_reveal_commands(tmp_path):
     assert [quant_name(t) for t in (0, 1, 15, 32, 7)] == ["F32", "F16", "Q4_K_M", "BF16", "Q8_0"]
+    from quantize.ftypes import FILE_TYPES
+
+    for ft in FILE_TYPES.values():  # every type the quantizer writes is named as llama-quantize names it
+        assert quant_name(ft.ftype) == ft.name
     f = tmp_path / "a.gguf"
     f.write_bytes(b"x")
     assert reveal_command(f, "win32") == ["explorer", f"/select,{f}"]

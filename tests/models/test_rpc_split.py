@@ -59,7 +59,9 @@ def test_split_reply_equals_the_local_reply(smollm2_gguf, two_workers):
     offload = report.offload
     assert offload.layers_by_device == {"CPU": 11, "RPC0": 10, "RPC1": 10}
     assert offload.device_labels == {"RPC0": remote[0], "RPC1": remote[1]}
-    assert remote[0] in report.summary() and "layers by device" in report.summary()
+    assert f"with its layers split: CPU 11, RPC0 ({remote[0]}) 10" in report.summary()
+    assert "on other computers" in report.summary()
+    assert "layers by device" in report.details()
     shares = device_shares(smollm2_gguf, FitSettings(n_ctx=512, n_gpu_layers=20),
                            [(remote[0], 1), (remote[1], 1)])
     assert [s.layers for s in shares] == [11, 10, 10]

@@ -50,3 +50,17 @@ def test_schema_check_names_each_problem_with_its_pointer(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
     assert run_check(str(enforced)).returncode == 0
+
+
+def test_patterns_python_warns_about_print_no_warning(tmp_path):
+    """Real-world patterns with a ``[`` first in a class or a doubled ``-`` in one: Python
+    reads them as ECMA 262 does but warns (FutureWarning) that it may not one day."""
+    schema = tmp_path / "patterns.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {
+        "word": {"type": "string", "pattern": "^[[a-z]]+$"},
+        "range": {"type": "string", "pattern": "^[a-z--b]+$"},
+        "both": {"type": "string", "pattern": "^[a&&b||c~~d]$"}},
+        "patternProperties": {"^[[x]": {"type": "string"}}}))
+    result = run_check(str(schema))
+    assert "Warning" not in result.stderr, result.stderr
+    assert result.stdout.startswith(f"{schema}: "), result.stdout

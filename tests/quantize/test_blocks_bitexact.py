@@ -19,13 +19,18 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
-from quantize.encode import encode_rows
+from models.foundation.errors import QuantDeskError
+from quantize.blocks import IMATRIX_ONLY
+from quantize.encode import bf16_bits_to_f32, encode_rows, f32_to_bf16_bits
 from quantize.reference_ggml import ggml_quantize
 
 LEGACY = [QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1]
 KQUANTS = [QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 #: Types llama-quantize writes through their quantize_* function with or without an imatrix.
-NEWER = [QT.IQ4_NL, QT.IQ4_XS, QT.TQ1_0, QT.TQ2_0, QT.MXFP4]
+NEWER = [QT.IQ4_NL, QT.IQ4_XS, QT.TQ1_0, QT.TQ2_0, QT.MXFP4,
+         QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ1_S, QT.IQ1_M]
+#: The grid types: libggml aborts on values whose squares overflow float32 ("huge").
+GRID = {QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ1_S, QT.IQ1_M}
 BLOCK32 = LEGACY + [QT.IQ4_NL, QT.MXFP4]
 SEEDS = (0, 1, 2)
 
@@ -56,6 +61,11 @@ def _case(kind: str, rows: int, width: int, rng: np.random.Generator) -> np.ndar
         x = normal * np.exp(rng.standard_normal((rows, width)) * 3)
         x[:, 5::32] = -x[:, 4::32]  # +a and -a in the same block: first max wins
         x[1::2, ::11] = np.round(x[1::2, ::11])
+    elif kind == "denormal":  # float32 subnormals: their squares are 0
+        x = normal * 1e-40
+        x[::2] *= 1e-3
+    elif kind == "bf16":  # weights that were bfloat16: short mantissas, many equal magnitudes
+        x = bf16_bits_to_f32(f32_to_bf16_bits(normal.astype(np.float32) * 0.05))
     elif kind == "integers":  # values on the quantization grid: many rounding ties
         x = rng.integers(-8, 8, (rows, width)).astype(np.float64)
     elif kind == "halves":  # with 127 in each block Q8_0 scales by exactly 1: roundf's ties
@@ -86,15 +96,21 @@ def _assert_same_bytes(values: np.ndarray, qtype: QT, imatrix) -> None:
         f"(first at block {np.flatnonzero(differing)[0]})")
 
 
-KINDS = ["normal", "heavy", "zeros", "constant", "tiny", "huge", "mixed", "integers", "halves"]
+KINDS = ["normal", "heavy", "zeros", "constant", "tiny", "huge", "mixed", "integers", "halves", "denormal", "bf16"]
 
 
 @pytest.mark.parametrize("with_imatrix", [False, True], ids=["ref", "imatrix"])
 @pytest.mark.parametrize("qtype", LEGACY + KQUANTS + NEWER, ids=lambda t: t.name)
 def test_every_kind_of_data_matches_libggml(qtype: QT, with_imatrix: bool) -> None:
+    if qtype in IMATRIX_ONLY and not with_imatrix:
+        with pytest.raises(QuantDeskError, match="quantdesk imatrix"):
+            encode_rows(_case("normal", 2, 512, np.random.default_rng(0)), qtype, None)
+        return
     for seed in SEEDS:
         rng = np.random.default_rng([seed, int(qtype)])
         for kind in KINDS:
+            if kind == "huge" and qtype in GRID:
+                continue
             values = _case(kind, 6, 512, rng)
             _assert_same_bytes(values, qtype, _imatrix(512, rng) if with_imatrix else None)
 
@@ -126,6 +142,8 @@ def test_q8_0_straight_from_f16_matches_libggml() -> None:
 @pytest.mark.parametrize("with_imatrix", [False, True], ids=["ref", "imatrix"])
 @pytest.mark.parametrize("qtype", LEGACY + KQUANTS + NEWER, ids=lambda t: t.name)
 def test_row_widths_match_libggml(qtype: QT, with_imatrix: bool) -> None:
+    if qtype in IMATRIX_ONLY and not with_imatrix:
+        return  # refused, as test_every_kind_of_data_matches_libggml checks
     widths = [256, 4096, 11008] + ([32, 64, 96] if qtype in BLOCK32 else [])
     rng = np.random.default_rng([7, int(qtype)])
     for width in widths:
@@ -135,6 +153,17 @@ def test_row_widths_match_libggml(qtype: QT, with_imatrix: bool) -> None:
     # A single block: numpy would sum one column pairwise, not left to right.
     width = 32 if qtype in BLOCK32 else 256
     _assert_same_bytes(_case("normal", 1, width, rng), qtype, _imatrix(width, rng) if with_imatrix else None)
+
+
+@pytest.mark.parametrize("qtype", sorted(GRID), ids=lambda t: t.name)
+def test_grid_types_survive_values_whose_squares_overflow(qtype: QT) -> None:
+    """Where libggml aborts the process (no neighbour is nearer than infinity), ours
+    writes blocks: the nearest listed neighbour is taken."""
+    rng = np.random.default_rng([5, int(qtype)])
+    values = _case("huge", 4, 512, rng)
+    with np.errstate(all="ignore"):
+        out = encode_rows(values, qtype, _imatrix(512, rng))
+    assert out.shape == (4, 2 * GGML_QUANT_SIZES[qtype][1])
 
 
 def test_mxfp4_exponents_just_below_every_power_of_two_match_libggml() -> None:
@@ -202,5 +231,6 @@ def test_real_model_weights_match_libggml(smollm2_gguf: Path) -> None:
         for qtype in LEGACY + KQUANTS + NEWER:
             if values.shape[1] % GGML_QUANT_SIZES[qtype][0]:
                 continue  # 576-wide rows: llama.cpp picks a legacy type for these
-            _assert_same_bytes(values, qtype, None)
+            if qtype not in IMATRIX_ONLY:
+                _assert_same_bytes(values, qtype, None)
             _assert_same_bytes(values, qtype, imatrix)

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T, GGUFValueType
 
 from models.foundation.errors import QuantDeskError
 from models.llama_lib import open_lib
-from quantize.ftypes import FILE_TYPES, PLANNED_FILE_TYPES, WRITABLE_TYPES, parse_file_type, parse_tensor_type
+from quantize.ftypes import FILE_TYPES, WRITABLE_TYPES, parse_file_type, parse_tensor_type
 from quantize.plan import PlanOptions, format_size, llama_tensor_order, plan_quantization
 from quantize.source import MetadataEntry, SourceTensor
 from quantize.type_rules import TypeOverrides
@@ -130,16 +130,15 @@ def test_plan_types_equal_llama_tensor_get_type(name, override):
     source = LAYOUTS[name]()
     ordered = llama_tensor_order(source.tensors())
     mismatches = []
-    for ft in PLANNED_FILE_TYPES.values():
+    for ft in FILE_TYPES.values():
         ov = OVERRIDES[override]
         plan = plan_quantization(source, ft, PlanOptions(overrides=ov))
         assert [p.tensor.name for p in plan.tensors] == [t.name for t in ordered]
         expected = _llama_types(source, ordered, ft.ftype, ov)
         mismatches += [f"{ft.name} {p.tensor.name}: ours {p.qtype.name}, llama.cpp {e.name}"
                        for p, e in zip(plan.tensors, expected) if p.qtype != e]
-        if ft.name in FILE_TYPES:
-            unwritable = {p.qtype.name for p in plan.tensors} - {t.name for t in WRITABLE_TYPES}
-            assert not unwritable, f"{ft.name} is offered but plans {unwritable}"
+        unwritable = {p.qtype.name for p in plan.tensors} - {t.name for t in WRITABLE_TYPES}
+        assert not unwritable, f"{ft.name} is offered but plans {unwritable}"
     assert not mismatches, "\n".join(mismatches[:20])
 
 
@@ -167,11 +166,11 @@ def test_file_type_numbers_and_default_types_are_llama_cpps():
 
     default_type = getattr(open_lib("libllama"), "_Z28llama_ftype_get_default_type11llama_ftype")
     default_type.restype, default_type.argtypes = ctypes.c_int, [ctypes.c_int]
-    for ft in PLANNED_FILE_TYPES.values():
+    for ft in FILE_TYPES.values():
         prefix = "LLAMA_FTYPE_ALL_" if ft.name == "F32" else "LLAMA_FTYPE_MOSTLY_"
         assert getattr(L, f"{prefix}{ft.name}") == ft.ftype
         assert default_type(ft.ftype) == ft.default_type
-    assert len(PLANNED_FILE_TYPES) == 33 and set(FILE_TYPES) <= set(PLANNED_FILE_TYPES)
+    assert len(FILE_TYPES) == 33
 
 
 def test_type_names_parse_like_llama_quantize():
@@ -205,6 +204,20 @@ def test_q2_k_s_marks_the_tensors_that_need_an_importance_matrix():
     assert "token_embd.weight" in q2k  # Q2_K, but llama.cpp exempts the embedding (and output)
     assert set(plan.needs_imatrix) == q2k - {"token_embd.weight"} and plan.needs_imatrix
     assert not plan_quantization(LAYOUTS["dense-gqa4-untied"](), FILE_TYPES["Q2_K"]).needs_imatrix
+
+
+@pytest.mark.parametrize("name", ["dense-gqa4-untied", "dense-tied-576wide", "moe-8-experts"])
+def test_file_types_that_need_an_importance_matrix_are_the_ones_whose_plans_do(name):
+    """``FileType.needs_imatrix`` (what the page and the CLI say before planning) agrees
+    with the plans: a grid i-quant (or Q2_K_S's Q2_K) on some layer weight. Rows that
+    are not multiples of 256 fall back to types that need none, so there it may need less."""
+    for ft in FILE_TYPES.values():
+        plan = plan_quantization(LAYOUTS[name](), ft)
+        if name == "dense-tied-576wide":
+            assert not plan.needs_imatrix or ft.needs_imatrix, ft.name
+        else:
+            assert bool(plan.needs_imatrix) == ft.needs_imatrix, ft.name
+        assert "token_embd.weight" not in plan.needs_imatrix and "output.weight" not in plan.needs_imatrix
 
 
 def test_plan_reports_sizes_for_people():

@@ -87,11 +87,13 @@ def test_overrides_match_llama_model_quantize_with_the_same_params(tiny_models, 
     assert not failures, "\n".join(failures)
 
 
-def test_q2_k_s_without_imatrix_fails_like_llama_quantize(tiny_models, tmp_path):
+@pytest.mark.parametrize("name", ["Q2_K_S", "IQ3_XXS", "IQ3_XS", "IQ2_XXS", "IQ2_M", "IQ1_S", "IQ1_M"])
+def test_types_that_need_an_importance_matrix_fail_without_one_like_llama_quantize(tiny_models, tmp_path, name):
     src = tiny_models["tied-gqa4"]
-    assert llama_quantize(src, tmp_path / "ref.gguf", FILE_TYPES["Q2_K_S"].ftype) != 0
-    with pytest.raises(QuantDeskError, match="importance matrix"):
-        quantize_model(src, [QuantizeTarget(FILE_TYPES["Q2_K_S"], tmp_path / "ours.gguf")])
+    assert llama_quantize(src, tmp_path / "ref.gguf", FILE_TYPES[name].ftype) != 0
+    with pytest.raises(QuantDeskError, match="needs an importance matrix") as refused:
+        quantize_model(src, [QuantizeTarget(FILE_TYPES[name], tmp_path / "ours.gguf")])
+    assert "quantdesk imatrix" in refused.value.user_message
     assert not (tmp_path / "ours.gguf").exists()
 
 
@@ -287,6 +289,23 @@ def test_cli_prints_the_plan_then_writes_files_of_that_size(tiny_models, tmp_pat
     assert "Q4_K_XL" in capsys.readouterr().err
 
 
+def test_cli_lists_every_type_with_its_exact_size(tiny_models, tmp_path, capsys):
+    from app.core.quantize_queue import offered_types
+    from quantize.plan import format_size, plan_quantization
+
+    src = tiny_models["tied-gqa4"]
+    assert main(["quantize", str(src), "--type", "list"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("  ")]
+    assert [r[0] for r in rows] == offered_types()  # largest first, i-quants beside k-quants
+    source = GGUFSource(src)
+    for row in rows:
+        plan = plan_quantization(source, FILE_TYPES[row[0]])
+        assert " ".join(row[3:5]) == format_size(plan.file_size)
+        assert ("needs" in row) == bool(plan.needs_imatrix), row
+    assert "quantdesk imatrix" in out and not list(tmp_path.iterdir())
+
+
 def test_hf_folder_quantizes_like_converting_to_f16_then_llama_quantize(tmp_path):
     convert_mod = pytest.importorskip("quantize.convert", reason="a build without the converter")
     from tests.factory.checkpoints import write_tiny_checkpoint
@@ -308,7 +327,7 @@ def smollm2_f16(smollm2_gguf, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2_quantized(smollm2_f16) -> dict[str, Path]:
-    """Every type (but Q2_K_S, which needs an imatrix) in one job: 16 outputs, one pass."""
+    """Every type that needs no imatrix in one job: one pass."""
     folder = smollm2_f16.parent
     targets = [QuantizeTarget(ft, folder / f"ours-{ft.name}.gguf") for ft in NO_IMATRIX_TYPES]
     quantize_model(smollm2_f16, targets, QuantizeOptions(threads=2))

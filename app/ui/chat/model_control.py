@@ -52,9 +52,37 @@ class ModelControl:
         if is_image_file(path):
             self.composer.attach_file(Path(path))
             return self.focus_message_box()
+        self._opened_model = Path(path).resolve()  # joins the Library once it has loaded
         self.panel.show_model(Path(path))
         self.load_model(Path(path))
         self.focus_message_box()
+
+    def _add_opened_model(self, path: Path) -> None:
+        """Add the model opened in the window to the Library (off the GUI thread), and say
+        so under the load status, with an Undo."""
+        from app.core.open_path import add_opened_model
+
+        def added(model) -> None:
+            if model is None or self.engine.model_path is None \
+                    or Path(self.engine.model_path).resolve() != path:
+                return  # known already, or another model was chosen meanwhile
+            self._added_to_library = path
+            self.panel.show_library_note(
+                f"{path.name} is now in the Library: the Models page and the server list it "
+                "from now on. The file stays where it is.", undo=True)
+
+        self._run(lambda: add_opened_model(path), added,
+                  lambda message: log.warning("opened model not added to the Library: %s", message))
+
+    def _undo_library(self) -> None:
+        """The note's Undo: the Library forgets the file (which stays on disk)."""
+        from app.core.open_path import forget_opened_model
+
+        path, self._added_to_library = self._added_to_library, None
+        self.panel.show_library_note()
+        if path is not None:
+            self._run(lambda: forget_opened_model(path), lambda _: self.panel.show_library_note(
+                f"{path.name} is no longer in the Library (the file is still there)."))
 
     @property
     def model_path(self) -> Optional[Path]:
@@ -71,6 +99,8 @@ class ModelControl:
         from app.core import model_settings
 
         self._clear_model_notice()  # a model was chosen: the offer or warning has had its say
+        self.panel.show_library_note()  # and its Undo: another model is coming
+        self._added_to_library = None
         if self.engine.streaming:
             self.engine.stop()  # a new model ends the reply in progress
         if self.engine.loading:
@@ -83,7 +113,7 @@ class ModelControl:
         self.panel.load_form.set_settings(settings)
         self.panel.progress.setRange(0, 0)  # busy until the first fraction arrives
         self.panel.progress.show()
-        self.panel.status.setText(f"Loading {path.name}…")
+        self.panel.set_status(f"Loading {path.name}…")
         self.engine.load(path, settings)
         self._run(lambda: _machine_facts(path), lambda facts: self._machine_read(path, facts),
                   lambda message: self._machine_read(path, None, message))
@@ -103,23 +133,27 @@ class ModelControl:
         if progress.stage == "Loading":
             self.panel.progress.setRange(0, 100)
             self.panel.progress.setValue(round(100 * (progress.fraction or 0.0)))
-            self.panel.status.setText(f"Loading {progress.detail}…")
+            self.panel.set_status(f"Loading {progress.detail}…")
         else:
             self.panel.progress.setRange(0, 0)
-            self.panel.status.setText(f"Loaded; testing {progress.detail}…")
+            self.panel.set_status(f"Loaded; testing {progress.detail}…")
 
     def _loaded(self, report) -> None:
         from app.core import model_settings
 
-        log.info("chat: model loaded: %s", report.summary())
+        log.info("chat: model loaded: %s", report.details())
         if self._pending_load is not None:
             path, self._pending_load = self._pending_load, None
             return self.load_model(path)
         self.panel.progress.hide()
+        opened, self._opened_model = self._opened_model, None
+        if opened is not None and Path(report.path).resolve() == opened:
+            self._add_opened_model(opened)
         template = report.template
         note = "" if template == "the model's own" else \
             f" This model has no chat template of its own; QuantDesk formats the chat with its {template} preset."
-        self.panel.status.setText(f"Loaded in {report.load_seconds:.1f} s. {report.summary()}.{note}")
+        self.panel.set_status(f"Loaded in {report.load_seconds:.1f} s. {report.summary()}{note}",
+                              report.details().replace("; ", "\n"))
         self._show_thinking_switch(self._stored_thinking())
         if report.settings.mmproj:
             self.composer.set_vision(True)
@@ -137,9 +171,10 @@ class ModelControl:
     def _load_failed(self, message: str) -> None:
         self.composer.set_vision(False, "No model is loaded.")
         self.panel.progress.hide()
-        self.panel.status.setText("No model loaded.")
+        self.panel.set_status("No model loaded.")
         self.banner.show_message(message, "error")
         self._pending_load = None
+        self._opened_model = None
 
     def apply_load_settings(self) -> None:
         """Reload the model with the settings on the panel (remembered for this model)."""

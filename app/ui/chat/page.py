@@ -69,6 +69,8 @@ class ChatPage(ModelControl, SavedConversations, ConversationSettings, Replies, 
         self._reply_parent: Optional[int] = None
         self._reply_model: Optional[str] = None  # the model writing the reply in progress
         self._pending_load: Optional[Path] = None
+        self._opened_model: Optional[Path] = None  # opened in the window: joins the Library once loaded
+        self._added_to_library: Optional[Path] = None  # what the Library note's Undo takes out
         self._model_notice = ""  # the banner's sentence about a reopened conversation's model
         # (conversation id, recorded path): a relative model path not found before the
         # Library's list arrived, looked for again when it does.
@@ -124,6 +126,7 @@ class ChatPage(ModelControl, SavedConversations, ConversationSettings, Replies, 
         self.transcript.action.connect(self._message_action)
         self.transcript.link_failed.connect(lambda text: self.banner.show_message(text, "warning"))
         self.panel.model_picker.activated.connect(self._model_chosen)
+        self.panel.library_undo.clicked.connect(self._undo_library)
         self.find_bar.returnPressed.connect(self._find_next)
         for keys, slot in (("Ctrl+N", self.new_chat), ("Ctrl+F", self.show_find),
                            ("Ctrl+L", self.focus_message_box), ("Esc", self.escape)):

@@ -11,7 +11,8 @@ from typing import Optional
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QSize, Qt, QTimer
 from shiboken6 import isValid
-from PySide6.QtWidgets import QComboBox, QLabel, QPlainTextEdit, QProgressBar, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
+                               QScrollArea, QVBoxLayout, QWidget)
 
 from app.ui.widgets.quality_text import quality_text, quality_tooltip
 from app.ui.widgets.sizes import human_size
@@ -112,6 +113,21 @@ class SidePanel(QScrollArea):
         layout.addWidget(self.model_picker)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
+        self.details = None  # the load's buffer-by-buffer detail, folded (made on the first load)
+        # "… is now in the Library. [Undo]": shown after a model opened in the window joins it.
+        self.library_note = QLabel()
+        self.library_note.setObjectName("libraryNote")
+        self.library_note.setWordWrap(True)
+        self.library_undo = QPushButton("Undo")
+        self.library_undo.setAccessibleName("Undo adding to the Library")
+        note_row = QHBoxLayout()
+        note_row.setContentsMargins(0, 0, 0, 0)
+        note_row.addWidget(self.library_note, 1)
+        note_row.addWidget(self.library_undo, 0, Qt.AlignmentFlag.AlignTop)
+        self.library_row = QWidget()
+        self.library_row.setLayout(note_row)
+        self.library_row.hide()
+        layout.addWidget(self.library_row)
         self._layout = layout
         self.sections = {}
         self.setWidget(body)
@@ -167,9 +183,37 @@ class SidePanel(QScrollArea):
             QTimer.singleShot(0, self, self._repaint_arrows)  # after the children's palettes
 
     def _repaint_arrows(self) -> None:
-        for section in self.sections.values():
+        for section in [*self.sections.values(), *([self.details] if self.details else [])]:
             section.setExpandedIcon("▾")
             section.setCollapsedIcon("▸")
+
+    def set_status(self, text: str, details: str = "") -> None:
+        """The load status in plain words; ``details`` (lines) go in a folded "Details"
+        section under it, hidden when there are none."""
+        self.status.setText(text)
+        if details and self.details is None:
+            from superqt import QCollapsible
+
+            self.details = QCollapsible("Details", expandedIcon="▾", collapsedIcon="▸")
+            self.details.setObjectName("loadDetails")
+            self.details.setAccessibleName("Load details")
+            self.details_text = QLabel()
+            self.details_text.setObjectName("loadDetailsText")
+            self.details_text.setWordWrap(True)
+            self.details_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.details.addWidget(self.details_text)
+            self.details.collapse(animate=False)
+            self._layout.insertWidget(self._layout.indexOf(self.status) + 1, self.details)
+        if self.details is not None:
+            self.details_text.setText(details)
+            self.details.setVisible(bool(details))
+
+    def show_library_note(self, text: str = "", undo: bool = False) -> None:
+        """A sentence about the Library under the load status (with the Undo button when
+        ``undo``); nothing when ``text`` is empty."""
+        self.library_note.setText(text)
+        self.library_undo.setVisible(undo)
+        self.library_row.setVisible(bool(text))
 
     def current_model(self) -> Optional[Path]:
         path = self.model_picker.currentData(PATH_ROLE)

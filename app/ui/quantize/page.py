@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 _SAME_AS_RECIPE = "as the type chooses"
 #: The importance matrix choices, as the combo box lists them (its item data).
 IMATRIX_MODES = (("none", "None"), ("file", "From a file"), ("make", "Made here from the calibration text"))
+NO_MATRIX_NOTE = ("IQ1_*, IQ2_*, IQ3_XXS, IQ3_XS and Q2_K_S need one; the other low-bit types lose less "
+                  "with one.")
 
 
 def _params(n: int) -> str:
@@ -136,7 +138,7 @@ class QuantizePage(Page):
             self.imatrix_edit, "Importance matrix file", "Browse…", "Choose an importance matrix file",
             self._choose_imatrix, "an .imatrix.gguf or .dat file")
         form.addRow("Matrix file:", self.imatrix_file_row)
-        self.imatrix_note = QLabel("Q2_K_S needs one; the low-bit types lose less with one.")
+        self.imatrix_note = QLabel(NO_MATRIX_NOTE)
         self.imatrix_note.setObjectName("imatrixNote")
         self.imatrix_note.setWordWrap(True)
         form.addRow("", self.imatrix_note)
@@ -175,6 +177,7 @@ class QuantizePage(Page):
         self.types_view.setUniformItemSizes(True)
         self.types_view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.types_model.checked_changed.connect(self._update_buttons)
+        self.types_model.checked_changed.connect(self._make_matrix_when_needed)
         right.addWidget(self.types_view, 1)
         buttons = QHBoxLayout()
         self.start_button = QPushButton("Start quantizing")
@@ -325,7 +328,7 @@ class QuantizePage(Page):
         for i in range(self.imatrix_file_row.count()):
             self.imatrix_file_row.itemAt(i).widget().setEnabled(mode == "file")
         if mode == "none":
-            self.imatrix_note.setText("Q2_K_S needs one; the low-bit types lose less with one.")
+            self.imatrix_note.setText(NO_MATRIX_NOTE)
         elif mode == "file":
             self.imatrix_note.setText("Made by quantdesk imatrix or llama-imatrix for this model.")
         self._options_changed()
@@ -543,6 +546,16 @@ class QuantizePage(Page):
         worker = self.quality_panel.check(job.outputs, source, settings)
         self._update_buttons()
         return worker
+
+    def _make_matrix_when_needed(self, *_args) -> None:
+        """A checked type that needs an importance matrix, and none chosen: the job makes one
+        first from the calibration text (the user may still pick a file instead)."""
+        needing = [name for name in self.types_model.checked()
+                   if (row := self.types_model.row_named(name)) is not None and row.needs_imatrix]
+        if needing and self._imatrix_mode() == "none":
+            self.imatrix_mode_combo.setCurrentIndex([m for m, _ in IMATRIX_MODES].index("make"))
+            self.imatrix_note.setText(f"{', '.join(needing)} needs an importance matrix: the job makes one "
+                                      "first from the calibration text (or choose a file).")
 
     def _update_buttons(self) -> None:
         busy = self.input is not None and self.queue.is_busy(self.input.path)

@@ -113,6 +113,15 @@ def main(model: Path, out: Path) -> None:
     wait(app, lambda: page.engine.ready)
     page.panel.sampling.temperature.setValue(0.0)
     wait(app, lambda: "RAM" in page.panel.load_form.verdict.text())
+    wait(app, lambda: page.panel.library_row.isVisible())  # opened from elsewhere: now in the Library
+
+    # The load in words, its buffers behind "Details" (opened for the shots).
+    page.panel.sections["Load settings"].collapse(animate=False)
+    page.panel.details.expand(animate=False)
+    for theme in ("light", "dark"):
+        apply_theme(theme)
+        shot(f"chat-load-report-{theme}")
+    page.panel.details.collapse(animate=False)
 
     # Generate once (light); the dark shots show the same stored conversations re-rendered.
     apply_theme("light")

@@ -47,6 +47,35 @@ def test_loading_shows_llama_cpps_progress_as_a_percentage(qtbot, smollm2_gguf, 
     page.shutdown()
 
 
+def test_the_load_report_is_plain_and_an_opened_model_joins_the_library(qtbot, smollm2_gguf,
+                                                                         shared_engine):
+    from models.library import Library
+
+    window, page = open_chat_window(qtbot, client=shared_engine)
+    window.open_path(smollm2_gguf)
+    qtbot.waitUntil(lambda: page.engine.ready, timeout=120_000)
+    # Which model, where it runs, how much memory, how long its context is: in words.
+    status = page.panel.status.text()
+    assert f"{smollm2_gguf.name} runs on the CPU and uses" in status
+    assert "MiB of memory; its context holds 1,024 tokens." in status
+    assert "buffer" not in status and "KV" not in status and "backends" not in status
+    # The buffers, one a line, behind "Details" (folded until opened).
+    details = page.panel.details
+    assert details.isVisible() and not details.isExpanded()
+    assert "KV CPU" in page.panel.details_text.text() and "backends" in page.panel.details_text.text()
+
+    # Opened from outside the models folder: now in the Library, with a way to undo.
+    qtbot.waitUntil(lambda: page.panel.library_row.isVisible(), timeout=10_000)
+    assert "is now in the Library" in page.panel.library_note.text()
+    assert Library().get(smollm2_gguf) is not None
+    qtbot.mouseClick(page.panel.library_undo, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "no longer in the Library" in page.panel.library_note.text(),
+                    timeout=10_000)
+    assert not page.panel.library_undo.isVisible()
+    assert Library().get(smollm2_gguf) is None and smollm2_gguf.is_file()
+    page.shutdown()
+
+
 def test_send_streams_the_reply_and_stores_the_turn(qtbot, chat):
     window, page = chat
     ticks = []

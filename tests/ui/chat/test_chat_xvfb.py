@@ -29,7 +29,7 @@ def test_screenshots_light_and_dark(xvfb_display, smollm2_gguf):
                           str(artifacts)], cwd=REPO_ROOT, env=_env(xvfb_display),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    for scene in ("no-model", "markdown", "load-settings", "json-mode", "crash-banner",
+    for scene in ("no-model", "load-report", "markdown", "load-settings", "json-mode", "crash-banner",
                   "model-offer", "model-missing"):
         for theme in ("light", "dark"):
             shot = artifacts / f"chat-{scene}-{theme}.png"

@@ -79,6 +79,26 @@ def test_q2_k_s_says_whether_its_importance_matrix_will_be_there(qtbot, window, 
         assert "importance matrix" not in _type_rows(page)["Q4_K_M"]
 
 
+def test_checking_a_type_that_needs_an_importance_matrix_makes_one_first(qtbot, window, tiny_hf, tmp_path):
+    from app.core.quantize_queue import TypeRow
+
+    page = _drop_and_plan(qtbot, window, tiny_hf / "model.safetensors")
+    page.imatrix_mode_combo.setCurrentIndex(page.imatrix_mode_combo.findData("none"))
+    page.types_model.set_rows([TypeRow("IQ4_XS", 3_000_000, 4.25, False, "fits"),
+                               TypeRow("IQ2_XXS", 1_500_000, 2.06, True, "fits")])
+    page.types_model.set_checked("IQ4_XS")
+    assert page.imatrix_mode_combo.currentData() == "none"  # IQ4_XS does without one
+    page.types_model.set_checked("IQ2_XXS")
+    assert page.imatrix_mode_combo.currentData() == "make"
+    assert "IQ2_XXS needs an importance matrix" in page.imatrix_note.text()
+    assert "(uses the importance matrix)" in _type_rows(page)["IQ2_XXS"]
+    # A file chosen instead stays chosen.
+    page.imatrix_mode_combo.setCurrentIndex(page.imatrix_mode_combo.findData("file"))
+    page.types_model.set_checked("IQ2_XXS", False)
+    page.types_model.set_checked("IQ2_XXS")
+    assert page.imatrix_mode_combo.currentData() == "file"
+
+
 def test_q4_k_m_and_q8_0_from_the_page_equal_the_cli(qtbot, window, tiny_hf, tmp_path):
     from app.cli import main
     from models.library import Library
