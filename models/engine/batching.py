@@ -518,6 +518,7 @@ class BatchScheduler:
         if not active:
             return
         batch, n, rows = self.batch, 0, []
+        generating = sum(not reply.reading_prompt for reply in active)
         for reply in active:  # generating replies first: their chosen tokens and drafts
             reply.draft = []
             if not reply.reading_prompt and n < self.capacity:
@@ -526,7 +527,7 @@ class BatchScheduler:
                 for i in range(count):
                     self._put(n + i, reply.pending[i], start + i, seq, i == len(reply.pending) - 1)
                 if count == len(reply.pending) and reply.drafter is not None:
-                    reply.draft = self._draft(reply, self.capacity - n - count)
+                    reply.draft = self._draft(reply, self.capacity - n - count, generating)
                     for i, token in enumerate(reply.draft):
                         self._put(n + count + i, token, start + count + i, seq, True)
                 rows.append((reply, n + count - 1, count))
@@ -631,11 +632,11 @@ class BatchScheduler:
                 "Send the message again; if it keeps failing, reload the model with a "
                 "smaller context or fewer slots."))
 
-    def _draft(self, reply: Reply, space: int) -> list[int]:
-        """The tokens ``reply`` guesses after its pending ones, for this step's batch: at
-        most ``space`` (the batch's room), and none the reply could not use (its token
-        budget, its slot's context); a constrained reply's draft ends where the grammar
-        refuses a token."""
+    def _draft(self, reply: Reply, space: int, generating: int) -> list[int]:
+        """The tokens ``reply`` guesses after its pending ones, for this step's batch of
+        ``generating`` replies: at most ``space`` (the batch's room), and none the reply
+        could not use (its token budget, its slot's context); a constrained reply's draft
+        ends where the grammar refuses a token."""
         slot, stats = reply.slot, reply.stats
         room = min(space, self.model.n_ctx - len(slot.tokens) - len(reply.pending) - 1,
                    reply.options.max_tokens - stats.completion_tokens)
@@ -643,7 +644,7 @@ class BatchScheduler:
             if not reply.first_token_at:
                 return []  # the grammar's first plan has not run yet
             room = min(room, reply.steps.max_tokens - reply.steps.stats.tokens)
-        draft = reply.drafter.propose(slot.tokens, reply.pending, room)
+        draft = reply.drafter.propose(slot.tokens, reply.pending, room, generating)
         if draft and reply.steps is not None:
             draft = draft[:reply.steps.valid_prefix(draft)]
         return draft

@@ -91,6 +91,16 @@ class StepCost:
             self.extra = float(min(max(slope / one, 0.01), 2.0))
 
 
+    def extra_for(self, replies: int) -> float:
+        """The cost of one more token relative to one reply's share of a plain step of
+        ``replies`` replies: a token costs the same in any batch, while a plain step of
+        several replies gives each of them its token for less than a step alone."""
+        if replies <= 1 or self.extra >= 1.0:
+            return self.extra
+        ratio = self.extra / (1.0 - self.extra)  # per-token time over fixed time
+        return ratio * replies / (1.0 + ratio * replies)
+
+
 def best_length(acceptance: float, extra: float, longest: int) -> int:
     """The draft length with the most expected tokens per unit of cost (0: draft nothing,
     when no length beats plain decoding by :data:`MIN_GAIN`)."""
@@ -128,11 +138,13 @@ class LookupDrafter:
         self.drafted = 0
         self.accepted = 0
 
-    def propose(self, tokens: Sequence[int], pending: Sequence[int], room: int) -> list[int]:
+    def propose(self, tokens: Sequence[int], pending: Sequence[int], room: int,
+                replies: int = 1) -> list[int]:
         """The draft to verify after ``tokens`` (the slot's cache, which only grows while a
-        reply runs) and ``pending`` (chosen, not yet evaluated); at most ``room`` tokens."""
+        reply runs) and ``pending`` (chosen, not yet evaluated); at most ``room`` tokens;
+        ``replies`` generating in the same step."""
         end = len(tokens) + len(pending)
-        length = best_length(self.acceptance, self.cost.extra, self.max_length)
+        length = best_length(self.acceptance, self.cost.extra_for(replies), self.max_length)
         probing = length == 0
         if probing:  # drafts do not pay: a short look now and then
             if self._rest > 0:

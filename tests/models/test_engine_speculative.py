@@ -86,6 +86,10 @@ def test_step_cost_is_fitted_from_step_times(monkeypatch):
         for tokens in (1, 3):
             cost.add(tokens, 0.020 * tokens)
     assert cost.extra == pytest.approx(1.0, rel=0.05)
+    assert cost.extra_for(4) == pytest.approx(1.0, rel=0.05)  # as dear as a step: in any batch
+    cost.extra = 0.1  # a token a tenth of a one-reply step: 1/9 of the fixed time
+    assert cost.extra_for(1) == 0.1
+    assert cost.extra_for(4) == pytest.approx((4 / 9) / (1 + 4 / 9))  # of a fourth of a step
 
 
 def test_draft_length_pays_for_itself():
