@@ -263,10 +263,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     sampling.add_argument("--repeat-penalty", type=float, default=1.0)
     sampling.add_argument("--seed", type=int, default=None)
     sampling.add_argument("--max-tokens", type=int, default=1024)
-    sampling.add_argument("--speculative", default="off",
+    sampling.add_argument("--speculative", default="prompt_lookup",
                           choices=["off", "prompt_lookup", "draft_model"],
-                          help="prompt_lookup: guess tokens copied from the conversation; "
-                               "draft_model: have --draft-model guess them")
+                          help="prompt_lookup (default): guess tokens copied from the "
+                               "conversation, drafting less where that fails; draft_model: have "
+                               "--draft-model guess them")
     output = parser.add_argument_group("structured output")
     choice = output.add_mutually_exclusive_group()
     choice.add_argument("--json", action="store_true", help="replies are any valid JSON")

@@ -53,8 +53,9 @@ makes the engine call ``os.abort()`` in the self-test while extra buffer types a
 
 Modules: ``gguf_info`` (header facts), ``settings`` (load settings and their rules),
 ``options`` (sampling options, messages), ``chat_template`` (Jinja rendering, presets),
-``token_stream`` (sampler, UTF-8 and stop-string handling), ``prompt_lookup``
-(speculative decoding: drafts from the conversation, checked in one batch), ``cancel_flag`` (the shared
+``token_stream`` (sampler, UTF-8 and stop-string handling), ``prompt_lookup`` and
+``speculation`` (speculative decoding: drafts from the conversation, sized per reply and
+checked in the batch), ``draft_model`` (a draft model's guesses), ``cancel_flag`` (the shared
 cancel byte and llama.cpp's abort hook), ``llama_log`` (llama.cpp's log
 and the offload report), ``runtime`` (the model in the engine), ``child`` (the engine's
 loop), ``client`` (the handle the app holds), ``fallback`` (the remembered AMX fallback),

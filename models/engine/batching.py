@@ -29,10 +29,17 @@ choosing its tokens: the grammar's sampler picks from its row, and a run of forc
 (guided fast-forward) enters the next batch as several entries of its sequence, with
 logits only for the last. Every finished reply is validated.
 
-Exclusive requests. Speculative decoding drives the model through
-:class:`~models.engine.runtime.LoadedModel` (a draft verified in one batch of its own);
-such a request waits until the running replies end and then has the engine to itself on
-slot 0. Later requests wait behind it, so arrival order holds.
+Speculation. A generating reply may add a draft after its chosen tokens: prompt lookup's
+guess of what comes next (``speculation.py``, adaptive per reply, cut where a grammar
+refuses a token), with logits at every position. After the step's decode its sampler picks
+from those rows in turn and keeps the draft while the picks equal it, so the reply is what
+plain decoding gives; the cells of rejected draft tokens leave the slot's cache at once
+(``llama_memory_seq_rm``), and the slot's tokens are always exactly its cache.
+
+Exclusive requests. Speculation with a draft model drives the model through
+:class:`~models.engine.runtime.LoadedModel` (the draft model keeps a context of its own
+for one conversation); such a request waits until the running replies end and then has
+the engine to itself on slot 0. Later requests wait behind it, so arrival order holds.
 
 Text is sent in deltas at most every ``FLUSH_SECONDS``, and what is left at the end goes
 with the ``done`` event. The replies share that timer, so the deltas of a step travel in
@@ -64,6 +71,7 @@ from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
+from models.engine.speculation import LookupDrafter, StepCost
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import position_after
 from models.foundation.errors import QuantDeskError
@@ -96,7 +104,8 @@ class Reply:
 
     def __init__(self, request: dict, options: ChatOptions, tokens: list[int], slot: Slot,
                  model: Any, stats: ChatStats, started: float, opens_reasoning: bool,
-                 constraint: Any = None, images: Any = None) -> None:
+                 constraint: Any = None, images: Any = None,
+                 step_cost: Optional[StepCost] = None) -> None:
         self.id = request["id"]
         self.images = images  # the prompt's image chunks (vision.ImagePrompt), or None
         self.lane = request["lane"]
@@ -114,6 +123,13 @@ class Reply:
         # Tokens chosen but not yet evaluated: the last picked one, and for structured
         # output the forced run after it. The last of them gets logits.
         self.pending: list[int] = []
+        # Speculation: guessed tokens after ``pending`` in this step's batch (logits at
+        # each), and who guesses them; None for a reply that does not draft.
+        self.draft: list[int] = []
+        self.drafter: Optional[LookupDrafter] = None
+        if options.speculative == "prompt_lookup" and images is None:
+            self.drafter = LookupDrafter(options.draft_tokens, options.ngram_size, model.n_ctx,
+                                         step_cost or StepCost())
         self.prefill_end = 0.0
         self.first_token_at = 0.0
         self.last_token_at = 0.0
@@ -184,6 +200,9 @@ class BatchScheduler:
         self.last_flush = 0.0  # when the replies' text last went out on the timer
         # Images whose positions differ from their tokens (M-RoPE), by placeholder id.
         self.image_positions: dict[int, tuple[int, int]] = {}
+        # What a step's tokens cost, measured on the steps that read no prompt: how long
+        # the replies' drafts may be (speculation.py).
+        self.step_cost = StepCost()
 
     def _position(self, slot: Slot, count: Optional[int] = None) -> int:
         """The KV position after the first ``count`` of ``slot``'s tokens (all of them by
@@ -306,8 +325,9 @@ class BatchScheduler:
 
     @staticmethod
     def is_exclusive(options: ChatOptions) -> bool:
-        """Requests that drive the model their own way and need it alone."""
-        return options.speculative != "off"
+        """Requests that drive the model their own way and need it alone: a draft model's
+        (prompt lookup drafts inside the batch)."""
+        return options.speculative == "draft_model"
 
     def _admit(self) -> None:
         while self.waiting:
@@ -385,7 +405,7 @@ class BatchScheduler:
         stats.prompt_tokens_reused = reused
         stats.prompt_tokens_evaluated = len(tokens) - reused
         reply = Reply(request, options, tokens, slot, self.model, stats, started,
-                      prompt_opens_reasoning(text), constraint, images)
+                      prompt_opens_reasoning(text), constraint, images, self.step_cost)
         slot.reply = reply
 
     def _place(self, tokens: list[int], request: dict, free: list[Slot],
@@ -498,14 +518,19 @@ class BatchScheduler:
         if not active:
             return
         batch, n, rows = self.batch, 0, []
-        for reply in active:  # generating replies first: their chosen tokens
+        for reply in active:  # generating replies first: their chosen tokens and drafts
+            reply.draft = []
             if not reply.reading_prompt and n < self.capacity:
                 count = min(len(reply.pending), self.capacity - n)
                 start, seq = self._position(reply.slot), reply.slot.seq_id
                 for i in range(count):
                     self._put(n + i, reply.pending[i], start + i, seq, i == len(reply.pending) - 1)
+                if count == len(reply.pending) and reply.drafter is not None:
+                    reply.draft = self._draft(reply, self.capacity - n - count)
+                    for i, token in enumerate(reply.draft):
+                        self._put(n + count + i, token, start + count + i, seq, True)
                 rows.append((reply, n + count - 1, count))
-                n += count
+                n += count + len(reply.draft)
         for reply in active:  # then prompts, as much as fits
             if reply.reading_prompt and n < self.capacity:
                 end = len(reply.prompt)
@@ -522,11 +547,14 @@ class BatchScheduler:
                 rows.append((reply, n + count - 1, count))
                 n += count
         batch.n_tokens = n
+        decoding = time.perf_counter()
         code = llama_cpp.llama_decode(self.ctx, batch)
         if code != 0:
             self._failed_step(rows, code)
             return
         now = time.perf_counter()
+        if not any(reply.reading_prompt for reply, _, _ in rows):
+            self.step_cost.add(n, now - decoding)
         for reply, row, count in rows:
             slot = reply.slot
             if reply.reading_prompt:
@@ -603,9 +631,59 @@ class BatchScheduler:
                 "Send the message again; if it keeps failing, reload the model with a "
                 "smaller context or fewer slots."))
 
+    def _draft(self, reply: Reply, space: int) -> list[int]:
+        """The tokens ``reply`` guesses after its pending ones, for this step's batch: at
+        most ``space`` (the batch's room), and none the reply could not use (its token
+        budget, its slot's context); a constrained reply's draft ends where the grammar
+        refuses a token."""
+        slot, stats = reply.slot, reply.stats
+        room = min(space, self.model.n_ctx - len(slot.tokens) - len(reply.pending) - 1,
+                   reply.options.max_tokens - stats.completion_tokens)
+        if reply.steps is not None:
+            if not reply.first_token_at:
+                return []  # the grammar's first plan has not run yet
+            room = min(room, reply.steps.max_tokens - reply.steps.stats.tokens)
+        draft = reply.drafter.propose(slot.tokens, reply.pending, room)
+        if draft and reply.steps is not None:
+            draft = draft[:reply.steps.valid_prefix(draft)]
+        return draft
+
+    def _settle_draft(self, reply: Reply, draft: list[int], accepted: int) -> None:
+        """After a verified draft: count it, and remove the cells of its rejected tokens
+        (or of all that were not needed, when the reply ended) from the slot's cache."""
+        stats, slot = reply.stats, reply.slot
+        stats.draft_tokens += len(draft)
+        stats.accepted_tokens += accepted
+        stats.acceptance_rate = stats.accepted_tokens / stats.draft_tokens
+        reply.drafter.update(len(draft), accepted)
+        if accepted < len(draft) or slot.reply is not reply:
+            llama_cpp.llama_memory_seq_rm(self.memory, slot.seq_id, self._position(slot), -1)
+
     def _pick(self, reply: Reply, row: int, now: float) -> None:
-        """Sample the reply's next token from its row of logits and handle it."""
-        token = reply.sampler.sample(self.ctx, row)
+        """Sample the reply's next token from its row of logits and handle it; with a
+        draft in the batch, go on through the draft's rows while the picks equal it (the
+        equal draft tokens are in the cache already, as plain decoding would have put
+        them there)."""
+        draft = reply.draft
+        reply.stats.decode_passes += 1
+        accepted = 0
+        for index in range(len(draft) + 1):
+            token = reply.sampler.sample(self.ctx, row + index)
+            if not self._take(reply, token, row + index, now):
+                break
+            if index < len(draft) and token == draft[index]:
+                reply.slot.tokens.append(token)
+                accepted += 1
+                continue
+            reply.pending = [token]
+            break
+        if draft:
+            reply.draft = []
+            self._settle_draft(reply, draft, accepted)
+
+    def _take(self, reply: Reply, token: int, row: int, now: float) -> bool:
+        """Handle a picked token: its text, stop strings and limits; False when it ended
+        the reply."""
         stats, options = reply.stats, reply.options
         reply.last_token_at = now
         if not reply.first_token_at:
@@ -613,9 +691,8 @@ class BatchScheduler:
             stats.time_to_first_token = now - reply.started
         if not options.ignore_eos and self.model.is_end_of_generation(token):
             self._finish(reply, "stop")
-            return
+            return False
         stats.completion_tokens += 1
-        stats.decode_passes += 1
         if options.logprobs is not None:
             reply.out_logprobs.append(self._logprobs(reply, row, token, options.logprobs))
         piece = reply.decoder.feed(token)
@@ -626,14 +703,14 @@ class BatchScheduler:
             reply.out_text.append(text)
         if reply.stops.stopped:
             self._finish(reply, "stop_string")
-            return
+            return False
         if stats.completion_tokens >= options.max_tokens:
             self._finish(reply, "length")
-            return
+            return False
         if len(reply.slot.tokens) + 1 >= self.model.n_ctx:
             self._finish(reply, "context_full")
-            return
-        reply.pending = [token]
+            return False
+        return True
 
     def _pick_constrained(self, reply: Reply, row: int, now: float) -> None:
         """Structured output: the grammar's pick from the reply's row, then whatever the
@@ -650,19 +727,32 @@ class BatchScheduler:
                 stats.time_to_first_token = now - reply.started
                 reply.pending, steps.pending = steps.pending, []
                 return
-        text = steps.pick(row)
-        reply.last_token_at = now
-        if not reply.first_token_at:
-            reply.first_token_at = now
-            stats.time_to_first_token = now - reply.started
         stats.decode_passes += 1
-        self._emit_constrained(reply, text)
-        if not steps.stats.stop_reason:
-            self._emit_constrained(reply, steps.plan())
-        if steps.stats.stop_reason:
-            self._finish(reply, "stop")
-            return
-        reply.pending, steps.pending = steps.pending, []
+        draft, accepted = reply.draft, 0
+        for index in range(len(draft) + 1):
+            text = steps.pick(row + index)
+            reply.last_token_at = now
+            if not reply.first_token_at:
+                reply.first_token_at = now
+                stats.time_to_first_token = now - reply.started
+            self._emit_constrained(reply, text)
+            if not steps.stats.stop_reason:
+                self._emit_constrained(reply, steps.plan())
+            if steps.stats.stop_reason:
+                self._finish(reply, "stop")
+                break
+            if index < len(draft) and steps.pending[0] == draft[index]:
+                # The pick is the draft token, whose cells are in the cache: what the
+                # grammar forces after it (if anything) goes next; else the next row.
+                reply.slot.tokens.append(steps.pending.pop(0))
+                accepted += 1
+                if not steps.pending:
+                    continue
+            reply.pending, steps.pending = steps.pending, []
+            break
+        if draft:
+            reply.draft = []
+            self._settle_draft(reply, draft, accepted)
 
     @staticmethod
     def _emit_constrained(reply: Reply, text: str) -> None:

@@ -37,10 +37,12 @@ class ChatOptions:
         max_tokens: Most tokens in the reply.
         stop: Strings that end the reply when generated (not included in it).
         ignore_eos: Keep generating past the end-of-turn token (benchmarks only).
-        speculative: ``"off"``; ``"prompt_lookup"`` to guess the next tokens from
-            earlier text of the conversation and check them in one batch
-            (``prompt_lookup.py``), faster when the reply copies; ``"draft_model"`` to
-            have the draft model loaded with the model guess them (``draft_model.py``).
+        speculative: ``"prompt_lookup"`` (the default) guesses the next tokens from
+            earlier text of the conversation and checks them in the batch beside the
+            other replies (``speculation.py``), faster when the reply copies and adaptive,
+            so a reply that copies nothing hardly drafts; ``"draft_model"`` has the draft
+            model loaded with the model guess them (``draft_model.py``; the request then
+            has the engine to itself); ``"off"`` decodes one token per pass.
             Either way the reply is the same as without.
             (Token for token with flash attention on; llama.cpp's plain attention rounds
             a batch slightly differently from one token, which can flip a near-tie.)
@@ -82,7 +84,7 @@ class ChatOptions:
     max_tokens: int = 1024
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
-    speculative: str = "off"
+    speculative: str = "prompt_lookup"
     draft_tokens: int = 8
     ngram_size: int = 3
     response_format: str = "text"
@@ -253,10 +255,10 @@ def output_constraint(options: ChatOptions):
     from models.structured.constraint import (constraint_for_any_json, constraint_for_gbnf,
                                               constraint_for_schema)
 
-    if options.speculative != "off":
-        raise QuantDeskError("Speculative decoding cannot be combined with structured output.",
-                             "Turn speculative decoding off for JSON or grammar replies; guided "
-                             "fast-forward speeds them up instead.")
+    if options.speculative == "draft_model":
+        raise QuantDeskError("A draft model cannot be combined with structured output.",
+                             "Use prompt lookup (the default) or no speculative decoding for "
+                             "JSON or grammar replies.")
     if options.response_format == "json":
         return constraint_for_any_json()
     if options.response_format == "json_schema":

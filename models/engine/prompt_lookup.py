@@ -27,7 +27,8 @@ import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
 
-def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int) -> list[int]:
+def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int,
+               min_ngram: int = 1) -> list[int]:
     """Tokens that followed the most recent earlier occurrence of the history's tail.
 
     Tries the longest tail first (``max_ngram`` tokens, down to 1): a longer match is a
@@ -37,6 +38,7 @@ def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int) -> list[int
         history: Every token of the conversation so far (prompt and reply), 1-D ints.
         max_ngram: The longest tail to look up.
         max_tokens: The most tokens to propose.
+        min_ngram: The shortest tail to look up.
 
     Returns:
         Up to ``max_tokens`` tokens; empty when no tail occurs earlier or ``max_tokens`` < 1.
@@ -44,7 +46,7 @@ def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int) -> list[int
     length = history.shape[0]
     if max_tokens < 1:
         return []
-    for size in range(min(max_ngram, length - 1), 0, -1):
+    for size in range(min(max_ngram, length - 1), max(min_ngram, 1) - 1, -1):
         # Windows that start before the tail itself, so each has a continuation.
         windows = np.lib.stride_tricks.sliding_window_view(history[:-1], size)
         starts = np.flatnonzero((windows == history[-size:]).all(axis=1))

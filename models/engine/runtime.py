@@ -12,11 +12,11 @@ that it controls three things:
   milliseconds, even in the middle of a long prompt, and keeps what it had.
 - **Timings.** Time to first token, prefill and decode speeds, measured here, beside the
   work, without the pipe's latency.
-- **Speculative decoding.** With ``speculative="prompt_lookup"`` the tokens after each
-  picked one are guessed from the conversation (``prompt_lookup``), with
-  ``"draft_model"`` by the small model loaded beside this one (``draft_model``), and
-  checked in one batch; the reply is the same, the cache and ``input_ids`` hold the same
-  tokens as with plain decoding, and :class:`ChatStats` reports drafted and accepted tokens.
+- **Speculative decoding with a draft model.** With ``speculative="draft_model"`` the
+  tokens after each picked one are guessed by the small model loaded beside this one
+  (``draft_model``) and checked in one batch; the reply is the same, the cache and
+  ``input_ids`` hold the same tokens as with plain decoding, and :class:`ChatStats`
+  reports drafted and accepted tokens. (Prompt lookup drafts inside the batching loop.)
 
 ``use_extra_bufts``, ``progress_callback`` and ``devices`` are fields of llama.cpp's model
 params, but ``Llama()`` in llama-cpp-python 0.3.36 has no argument for them (an unknown
@@ -46,7 +46,7 @@ from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
 from models.engine.options import ChatOptions, ChatStats
 from models.engine.prompt_cache import common_prefix
-from models.engine.prompt_lookup import DraftBatch, find_draft, truncate_cache
+from models.engine.prompt_lookup import DraftBatch, truncate_cache
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state,
                                     session_fingerprint)
 from models.engine.settings import KV_CACHE_TYPES, LoadSettings
@@ -358,8 +358,8 @@ class LoadedModel:
              conversation_id: Optional[str] = None, store: Optional[SessionStore] = None,
              prompt: Optional[str] = None) -> ChatStats:
         """Generate a reply on sequence 0, calling ``emit(text)`` for each delta; return
-        its stats. The batching loop (``batching.py``) runs plain replies itself and hands
-        the ones that drive decoding their own way (speculative) here.
+        its stats. The batching loop (``batching.py``) runs every other reply itself and
+        hands the ones a draft model speculates for here.
         ``prompt`` is a raw prompt used instead of rendering ``messages``.
 
         With a ``conversation_id`` (and a ``store``), a cache that holds another
@@ -407,8 +407,8 @@ class LoadedModel:
         # Tokens picked but not yet handled, oldest first. Only the last of them can be
         # missing from the KV cache: the others are confirmed draft tokens, already there.
         picked: deque[int] = deque()
-        if options.speculative == "off":
-            raise QuantDeskError("This path decodes speculative replies only.",
+        if options.speculative != "draft_model":
+            raise QuantDeskError("This path decodes draft-model replies only.",
                                  "Send other replies through the engine's batching loop.")
         with Sampler(options, self.llm.n_vocab()) as sampler, \
                 DraftBatch(min(options.draft_tokens + 1, self.n_batch)) as drafts:
@@ -467,9 +467,7 @@ class LoadedModel:
 
     def _propose(self, options: ChatOptions, history: np.ndarray, room: int,
                  cancelled: Callable[[], bool], stats: ChatStats) -> list[int]:
-        """The guess to verify after ``history``: from the conversation or the draft model."""
-        if options.speculative == "prompt_lookup":
-            return find_draft(history, options.ngram_size, room)
+        """The draft model's guess to verify after ``history``."""
         if self.draft is None:
             raise QuantDeskError("No draft model is loaded with this model.",
                                  "Load the model again with a draft model.")

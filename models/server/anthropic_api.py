@@ -209,7 +209,8 @@ def _usage(gen: Generation) -> dict:
     stats = gen.stats
     return {"input_tokens": stats.prompt_tokens if stats else 0,
             "output_tokens": stats.completion_tokens if stats else 0,
-            "cache_read_input_tokens": stats.prompt_tokens_reused if stats else 0}
+            "cache_read_input_tokens": stats.prompt_tokens_reused if stats else 0,
+            "speculative": gen.usage()["speculative"]}
 
 
 def _message(gen: Generation, content: list, stop: Optional[str]) -> dict:

@@ -386,16 +386,24 @@ class Generation:
         return FINISH_REASONS.get(reason, "stop")
 
     def usage(self) -> dict:
-        """Token counts of the reply, in OpenAI's ``usage`` shape."""
+        """Token counts of the reply, in OpenAI's ``usage`` shape. Speculative decoding's
+        guesses are OpenAI's predicted-output counts (the drafted tokens the model
+        confirmed, and those it did not), and, as an extra field, ``speculative``:
+        ``{"drafted_tokens", "accepted_tokens"}``."""
         stats = self.stats
         prompt = stats.prompt_tokens if stats else 0
         completion = stats.completion_tokens if stats else 0
         cached = stats.prompt_tokens_reused if stats else 0
+        drafted = stats.draft_tokens if stats else 0
+        accepted = stats.accepted_tokens if stats else 0
         return {"prompt_tokens": prompt, "completion_tokens": completion,
                 "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": cached},
                 "completion_tokens_details": {
-                    "reasoning_tokens": stats.reasoning_tokens if stats else 0}}
+                    "reasoning_tokens": stats.reasoning_tokens if stats else 0,
+                    "accepted_prediction_tokens": accepted,
+                    "rejected_prediction_tokens": drafted - accepted},
+                "speculative": {"drafted_tokens": drafted, "accepted_tokens": accepted}}
 
     def cancel(self) -> None:
         """Stop the engine's work on this reply (the client left); the slot frees when it stops."""
@@ -415,6 +423,8 @@ class Generation:
             entry.update(prompt_tokens=stats.prompt_tokens,
                          cached_tokens=stats.prompt_tokens_reused,
                          completion_tokens=stats.completion_tokens,
+                         drafted_tokens=stats.draft_tokens,
+                         accepted_tokens=stats.accepted_tokens,
                          tokens_per_second=stats.decode_tokens_per_second or None)
         self.core.log_request(entry)
         pump, gate = self._pump, self._gate

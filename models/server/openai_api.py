@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from models.engine.options import MAX_STOP_STRINGS
+from models.engine.options import MAX_DRAFT_TOKENS, MAX_STOP_STRINGS
 from models.engine.reasoning import REASONING_FIELD, SWITCH_NAMES
 from models.server.catalog import served_models
 from models.server.core import (Generation, GenerationStream, ServerCore, read_json_body,
@@ -196,6 +196,12 @@ def _sampling(body: Fields, chat: bool) -> dict:
         repeat_penalty=body.number("repeat_penalty", 1.0, 0.01, 10.0),
         ignore_eos=body.boolean("ignore_eos", False),
     )
+    # llama-server's field: the most tokens drafted at once; 0 turns speculation off.
+    most = body.integer("speculative.n_max", None, 0, MAX_DRAFT_TOKENS)
+    if most == 0:
+        values["speculative"] = "off"
+    elif most is not None:
+        values["draft_tokens"] = most
     if values["top_p"] == 0:  # only the most likely token: greedy, in the engine's terms
         values.update(top_p=1.0, temperature=0.0)
     names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)

@@ -17,7 +17,9 @@ class RequestLogEntry:
     """What one request did.
 
     ``ttft_seconds`` runs from the request's arrival to its first token (so it includes
-    waiting for a slot or a model load); ``tokens_per_second`` is the engine's decode speed.
+    waiting for a slot or a model load); ``tokens_per_second`` is the engine's decode speed;
+    ``drafted_tokens`` and ``accepted_tokens`` are speculative decoding's guesses and those
+    of them the model confirmed.
     """
 
     client: str
@@ -28,6 +30,8 @@ class RequestLogEntry:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     ttft_seconds: Optional[float] = None
     tokens_per_second: Optional[float] = None
     seconds: float = 0.0
@@ -41,6 +45,8 @@ class RequestLogEntry:
             parts.append(self.model)
             parts.append(f"prompt {self.prompt_tokens} (cached {self.cached_tokens}) "
                          f"generated {self.completion_tokens}")
+            if self.drafted_tokens:
+                parts.append(f"drafted {self.drafted_tokens} (accepted {self.accepted_tokens})")
             if self.ttft_seconds is not None:
                 parts.append(f"TTFT {self.ttft_seconds * 1000:.0f} ms")
             if self.tokens_per_second:

@@ -240,7 +240,7 @@ class _Output:
                 "output_tokens_details": {"reasoning_tokens":
                                           counts["completion_tokens_details"]
                                           ["reasoning_tokens"]},
-                "total_tokens": counts["total_tokens"]}
+                "total_tokens": counts["total_tokens"], "speculative": counts["speculative"]}
 
     def reasoning_item(self, text: str, status: str = "completed") -> dict:
         return {"type": "reasoning", "id": self.reasoning_id, "summary": [],

@@ -297,6 +297,12 @@ class ConstrainedSteps:
         self.pending.append(token)
         return self._text([token])
 
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of ``tokens``, from the first, the grammar allows next in its current
+        state (checked, not consumed): a draft is cut there."""
+        matcher = self._sampler.matcher
+        return len(tokens) if matcher is None else matcher.validate_tokens(tokens)
+
     def _text(self, tokens: list[int]) -> str:
         text = self._utf8.decode(self.llm.detokenize(tokens))
         if self._nesting is not None:

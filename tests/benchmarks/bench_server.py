@@ -53,7 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -127,16 +127,21 @@ def _start(name: str, command: list[str], env: dict, port: int, ready_line: Opti
                        + "\n".join(server.output[-30:]))
 
 
-def start_llama_server(tools, model: Path, slots: int, model_id: str) -> Server:
+def start_llama_server(tools, model: Path, slots: int, model_id: str,
+                       extra: Sequence[str] = (), threads: int = THREADS,
+                       flash_attention: bool = False) -> Server:
+    """llama-server with this benchmark's settings, and ``extra`` options (``--spec-type``)."""
     port = free_port()
     command = [str(tools.path("llama-server")), "-m", str(model), "--host", "127.0.0.1",
-               "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
+               "--port", str(port), "-t", str(threads), "-tb", str(threads),
                "-c", str(CONTEXT_PER_SLOT * slots), "-np", str(slots), "-b", str(BATCH),
-               "-ub", str(BATCH), "-fa", "off", "--no-webui", "--alias", model_id]
+               "-ub", str(BATCH), "-fa", "on" if flash_attention else "off", "--no-webui",
+               "--alias", model_id, *extra]
     return _start("llama-server", command, tools.env(), port, None)
 
 
-def prepare_home(home: Path, model: Path) -> str:
+def prepare_home(home: Path, model: Path, threads: int = THREADS,
+                 flash_attention: bool = False) -> str:
     """A QuantDesk home whose Library holds ``model`` and whose default load settings are
     this benchmark's; returns the model's id."""
     os.environ["QUANTDESK_HOME"] = str(home)  # read by Preferences and Library below
@@ -146,8 +151,8 @@ def prepare_home(home: Path, model: Path) -> str:
     from models.server.catalog import served_models
 
     Preferences().set(DEFAULT_LOAD_KEY, dict(
-        threads=THREADS, batch_threads=THREADS, context_length=CONTEXT_PER_SLOT,
-        batch_size=BATCH, micro_batch_size=BATCH, flash_attention=False))
+        threads=threads, batch_threads=threads, context_length=CONTEXT_PER_SLOT,
+        batch_size=BATCH, micro_batch_size=BATCH, flash_attention=flash_attention))
     library = Library()
     library.import_path(model)
     return next(m.id for m in served_models(library) if m.path == model.resolve())
@@ -191,10 +196,10 @@ class Reply:
 
 
 def chat(http, server: Server, model_id: str, messages: list[dict], max_tokens: int,
-         stream: bool = True) -> Reply:
-    """One greedy chat completion, timed as it arrives."""
+         stream: bool = True, ignore_eos: bool = True, extra: Optional[dict] = None) -> Reply:
+    """One greedy chat completion, timed as it arrives; ``extra`` fields join the body."""
     body = {"model": model_id, "messages": messages, "max_tokens": max_tokens,
-            "temperature": 0.0, "ignore_eos": True, "stream": stream}
+            "temperature": 0.0, "ignore_eos": ignore_eos, "stream": stream, **(extra or {})}
     url = f"{server.base_url}/v1/chat/completions"
     started = time.perf_counter()
     if not stream:

@@ -1,22 +1,40 @@
-"""Benchmark: speculative decoding (prompt lookup, draft model) against plain decoding.
+"""Benchmark: speculative decoding inside the batch, against plain decoding and llama-server.
 
-Part 1, prompt lookup, on a copy-heavy task: "fix the typos in this paragraph and return
-it", where most of the reply repeats the prompt. Part 2, a draft model, on free writing
-(short stories): the chat model is SmolLM2-135M-Instruct dequantized to F32 (real
-weights; a slower model than its draft, as a large model is), the draft its Q4_1 file
-(``--target``/``--draft-model`` choose others; ``--skip-draft`` leaves part 2 out).
+Two workloads, greedy, through the OpenAI API from one client (``httpx``, streamed):
 
-The engine loads the model (2 threads unless ``--threads``, context 2048, flash attention
-on unless ``--no-flash-attention``) and answers each request greedily, alternating plain
-and speculative decoding so that load from other processes hits both alike. Each pair has
-its own prompt, in the KV cache for both replies, so the pair differs only in how it
-decodes. Printed per mode: median decode tok/s (measured inside the engine), median reply
-time, drafted/accepted tokens and acceptance rate (and draft-model time), then the
-speculative speed as a ratio of plain decoding's. The two replies of every pair must be
-equal (greedy speculation changes the speed, never the text); a difference is reported.
+- **edit**: the client sends a Python file of this repository (cut to about 1,000–2,000
+  tokens) and asks for it back with one small change (a function renamed); the reply
+  copies almost all of the prompt. Up to the file's tokens plus 64.
+- **chat**: free writing (short stories): nothing to copy. Up to ``--chat-tokens`` (200).
+
+Each with 1 client and with 4 clients at once (4 slots), on:
+
+- ``quantdesk serve`` with prompt lookup (the default) and without (``"speculative.n_max":
+  0`` in the request), taking turns request by request in alternated pairs (every other
+  pair starts with the other side), so the machine's drift falls on both alike;
+- ``llama-server`` built from the same llama.cpp (``llama_tools.py``: ``--llama-tools
+  DIR``), with each of its n-gram ``--spec-type`` modes (``--spec-types``) on the edit
+  workload, then its best mode against ours in alternated pairs (``-np 4`` for 4 clients).
+
+Speed is the generation rate the client sees: reply tokens after each reply's first, over
+the time from the first content to the last (4 clients: all replies' tokens over the span
+of the group), so the prefill — the same for every side, and cached before each pair — is
+left out. Printed per configuration: the median of the ratios within pairs with quartiles
+(``timing.paired_ratio``), drafted and accepted tokens, and whether the greedy replies with
+and without speculation were identical in every pair (they must be).
+
+Both servers get the same GGUF (SmolLM2-135M-Instruct unless a path is given; ``--f32``
+serves its weights dequantized to F32 instead: four times the bytes per step, which makes a
+step bound by reading the weights as a larger model's is, rather than by arithmetic), threads
+(``--threads``, 1 by default: on a 2-core machine shared with other work, two threads that
+wait for each other at every barrier lose more to preemption than they gain), context per
+slot 4096, batch 512, and flash attention on (``--no-flash-attention`` for off: llama.cpp's
+plain attention rounds a batch of positions differently from one, so a greedy reply may
+then change at a near-tie).
 
 Run: ``.venv/bin/python tests/benchmarks/bench_speculative.py [MODEL.gguf] [--runs N]
-[--draft N] [--ngram N] [--target F.gguf --draft-model D.gguf] [--skip-draft]``.
+[--clients 1,4] [--workloads edit,chat] [--spec-types ngram-simple,...] [--threads N]
+[--f32] [--llama-tools DIR] [--no-llama-server]``.
 """
 
 from __future__ import annotations
@@ -25,138 +43,211 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-SENTENCES = [
-    "Teh quick brown fox jumpd over the lazy dog near the rivr bank.",
-    "Every mornign the fox ran along the path to the old mill, where the miller kept his "
-    "grain in large wooden barels.",
-    "The miller did not like foxes, but he liked the quite mornings even less when the "
-    "fox was not there to keep him companny.",
-    "In the autum the leaves fell on the path and the fox left small tracks in them that "
-    "the miler's children loved to follow.",
-    "By winter the river froze, and the fox and the miller both waited for sprng.",
-]
+from tests.benchmarks import bench_server, llama_tools  # noqa: E402
+from tests.benchmarks.timing import paired_ratio_text  # noqa: E402
 
-
-def paragraph(run: int) -> str:
-    """The paragraph of run ``run``: the sentences rotated, so no two runs share a prompt."""
-    shift = run % len(SENTENCES)
-    return " ".join(SENTENCES[shift:] + SENTENCES[:shift])
-
-
-def one_reply(client, messages: list[dict], options) -> tuple[str, object, float]:
-    started = time.perf_counter()
-    reply = client.chat(messages, options).wait()
-    return reply.text, reply.stats, time.perf_counter() - started
-
-
+SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+# Files sent back with a change: (path, function renamed, its new name).
+EDITS = [("models/engine/prompt_cache.py", "common_prefix", "shared_prefix_length"),
+         ("models/engine/token_stream.py", "StopFilter", "StopStringFilter"),
+         ("models/engine/cancel_flag.py", "lane_cancelled", "is_lane_cancelled"),
+         ("models/engine/fallback.py", "remember", "remember_fallback"),
+         ("models/engine/llama_log.py", "parse_offload_report", "read_offload_report")]
 STORIES = ["a fox and a miller", "a lighthouse keeper and a storm", "two robots who open a "
-           "bakery", "a girl who finds a map in a library book", "a dragon afraid of the dark"]
+           "bakery", "a girl who finds a map in a library book", "a dragon afraid of the dark",
+           "a clockmaker who builds a bird", "a ship's cat", "a city under the sea"]
+EDIT_CHARS = 4000  # 1,000 to 1,300 SmolLM2 tokens of Python
+PLAIN = {"speculative.n_max": 0}
 
 
-def compare(client, label: str, fast, plain, prompts: list[str], max_tokens: int) -> int:
-    """Time plain and ``fast`` replies to each prompt, alternating; print; return mismatches."""
-    results: dict[str, list] = {"plain": [], label: []}
+@dataclass
+class Side:
+    """One configuration under test: a server and the fields its requests carry."""
+
+    name: str
+    server: bench_server.Server
+    extra: dict = field(default_factory=dict)
+    rates: list[float] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+
+
+def edit_messages(run: int) -> tuple[list[dict], int]:
+    """The edit request of run ``run`` and its reply budget in characters' tokens."""
+    path, old, new = EDITS[run % len(EDITS)]
+    source = (REPO / path).read_text()[:EDIT_CHARS]
+    source = source[:source.rfind("\n") + 1]
+    prompt = (f"Here is a Python file. Return the whole file with one change: rename "
+              f"`{old}` to `{new}` everywhere. Reply with the file only.\n\n```python\n"
+              f"{source}```")
+    return [{"role": "user", "content": prompt}], len(source) // 3 + 64
+
+
+def chat_messages(run: int) -> tuple[list[dict], int]:
+    return [{"role": "user", "content": f"Write a short story about {STORIES[run % len(STORIES)]}."}], 0
+
+
+def group_rate(replies: list) -> float:
+    """Reply tokens after each first one, over the span from the first content to the last."""
+    starts = [r.content_times[0] for r in replies if r.content_times]
+    ends = [r.content_times[-1] for r in replies if r.content_times]
+    tokens = sum(max(r.completion_tokens - 1, 0) for r in replies)
+    return tokens / (max(ends) - min(starts)) if starts and max(ends) > min(starts) else 0.0
+
+
+def speculation_counts(reply) -> tuple[int, int]:
+    """Drafted and accepted tokens: ours in ``usage.speculative``, llama-server's in timings."""
+    ours = (reply.usage or {}).get("speculative")
+    if ours:
+        return ours["drafted_tokens"], ours["accepted_tokens"]
+    timings = reply.timings or {}
+    return int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
+
+
+def run_group(http, side: Side, model_id: str, requests: list[tuple[list[dict], int]]) -> list:
+    """Send ``requests`` at once (one thread each); the replies, in order."""
+    replies: list = [None] * len(requests)
+
+    def one(k: int) -> None:
+        messages, budget = requests[k]
+        replies[k] = bench_server.chat(http, side.server, model_id, messages, budget,
+                                       ignore_eos=False, extra=side.extra)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return replies
+
+
+def compare(http, sides: list[Side], model_id: str, workload: str, clients: int,
+            runs: int, chat_tokens: int) -> int:
+    """Alternated rounds of ``sides`` on ``workload``; print; return greedy mismatches
+    between the first two sides (ours with and without speculation)."""
+    make = edit_messages if workload == "edit" else chat_messages
     mismatches = 0
-    client.chat([{"role": "user", "content": "Hi"}], plain).wait()  # warm-up
-    from models.engine import ChatOptions
-
-    for run, prompt in enumerate(prompts):
-        messages = [{"role": "user", "content": prompt}]
-        # Prefill once, so both timed replies find the prompt in the cache.
-        client.chat(messages, ChatOptions(temperature=0.0, max_tokens=1)).wait()
-        order = [("plain", plain), (label, fast)]
-        if run % 2:
-            order.reverse()
-        texts = []
-        for name, options in order:
-            text, stats, seconds = one_reply(client, messages, options)
-            results[name].append((stats, seconds))
-            texts.append(text)
-        mismatches += texts[0] != texts[1]
-    print(f"{'mode':<14} {'decode tok/s':>12} {'reply s':>8} {'tokens':>7} {'drafted':>8} "
-          f"{'accepted':>9} {'acceptance':>11} {'draft s':>8} {'tok/pass':>9}")
-    medians = {}
-    for name, rows in results.items():
-        decode = statistics.median(s.decode_tokens_per_second for s, _ in rows)
-        seconds = statistics.median(t for _, t in rows)
-        drafted = sum(s.draft_tokens for s, _ in rows)
-        accepted = sum(s.accepted_tokens for s, _ in rows)
-        tokens = statistics.median(s.completion_tokens for s, _ in rows)
-        draft_s = statistics.median(s.draft_seconds for s, _ in rows)
-        per_pass = sum(s.completion_tokens for s, _ in rows) / max(sum(s.decode_passes for s, _ in rows), 1)
-        rate = f"{accepted / drafted:.1%}" if drafted else "-"
-        medians[name] = (decode, seconds)
-        print(f"{name:<14} {decode:>12.1f} {seconds:>8.2f} {tokens:>7.0f} {drafted:>8} "
-              f"{accepted:>9} {rate:>11} {draft_s:>8.2f} {per_pass:>9.2f}")
-    (plain_decode, plain_s), (fast_decode, fast_s) = medians["plain"], medians[label]
-    print(f"{label} / plain: decode tok/s x{fast_decode / plain_decode:.2f}, "
-          f"reply time x{fast_s / plain_s:.2f}")
-    print("replies identical in every run" if not mismatches
-          else f"WARNING: the replies differed in {mismatches} of {len(prompts)} runs (llama.cpp's "
-          "logits for a batch can round differently from one token's, flipping a near-tie)")
+    for run in range(runs):
+        requests = [make(run * clients + k) for k in range(clients)]
+        requests = [(m, budget or chat_tokens) for m, budget in requests]
+        for side in sides:  # the prompts in every server's cache first
+            run_group(http, Side(side.name, side.server, side.extra), model_id,
+                      [(m, 1) for m, _ in requests])
+        order = sides if run % 2 == 0 else sides[::-1]
+        texts = {}
+        for side in order:
+            replies = run_group(http, side, model_id, requests)
+            side.rates.append(group_rate(replies))
+            for reply in replies:
+                drafted, accepted = speculation_counts(reply)
+                side.drafted += drafted
+                side.accepted += accepted
+            texts[side.name] = [r.text for r in replies]
+        if len(sides) >= 2 and texts[sides[0].name] != texts[sides[1].name]:
+            mismatches += 1
+    reference = sides[1]
+    print(f"-- {workload}, {clients} client{'s' if clients > 1 else ''}, {runs} rounds")
+    for side in sides:
+        rate = f"{side.accepted / side.drafted:.0%}" if side.drafted else "-"
+        ratio = paired_ratio_text(side.rates, reference.rates) if side is not reference else "1"
+        print(f"  {side.name:<34} {statistics.median(side.rates):7.1f} tok/s  drafted "
+              f"{side.drafted:6} accepted {side.accepted:6} ({rate:>4})  / ours plain: {ratio}")
+    print("  greedy replies with and without speculation identical in every round"
+          if not mismatches else f"  WARNING: they differed in {mismatches} of {runs} rounds")
     return mismatches
 
 
+def best_spec_type(http, tools, model: Path, model_id: str, types: list[str], threads: int,
+                   flash: bool, runs: int) -> str:
+    """llama-server's fastest n-gram mode on the edit workload (one client), by median rate."""
+    rates = {}
+    for spec in types:
+        server = bench_server.start_llama_server(tools, model, 1, model_id, ["--spec-type", spec],
+                                                 threads, flash)
+        try:
+            side = Side(f"llama-server {spec}", server)
+            for run in range(runs):
+                messages, budget = edit_messages(run)
+                run_group(http, side, model_id, [(messages, 1)])
+                side.rates.append(group_rate(run_group(http, side, model_id, [(messages, budget)])))
+            rates[spec] = statistics.median(side.rates)
+            print(f"  llama-server --spec-type {spec:<14} {rates[spec]:7.1f} tok/s", flush=True)
+        finally:
+            server.stop()
+    return max(rates, key=rates.get)
+
+
 def main() -> int:
+    import httpx
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="GGUF file (default: the SmolLM2 test model)")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--draft", type=int, default=8, help="draft tokens (default 8)")
-    parser.add_argument("--ngram", type=int, default=3, help="n-gram size (default 3)")
-    parser.add_argument("--max-tokens", type=int, default=200)
-    parser.add_argument("--target", help="chat model for part 2 (default: SmolLM2 as F32)")
-    parser.add_argument("--draft-model", help="draft for part 2 (default: the SmolLM2 test model)")
-    parser.add_argument("--skip-draft", action="store_true", help="prompt lookup only")
-    parser.add_argument("--no-flash-attention", action="store_true",
-                        help="llama.cpp's plain attention: its rounding depends on the batch "
-                             "size, so greedy replies may then differ at near-ties")
+    parser.add_argument("--runs", type=int, default=3, help="alternated rounds per configuration")
+    parser.add_argument("--clients", default="1,4")
+    parser.add_argument("--workloads", default="edit,chat")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--chat-tokens", type=int, default=200)
+    parser.add_argument("--spec-types", default=",".join(SPEC_TYPES))
+    parser.add_argument("--screen-runs", type=int, default=1,
+                        help="edit replies per llama-server mode when choosing its best")
+    parser.add_argument("--f32", action="store_true",
+                        help="serve the model's weights dequantized to F32")
+    parser.add_argument("--no-flash-attention", action="store_true")
+    parser.add_argument("--no-llama-server", action="store_true")
+    llama_tools.add_argument(parser)
     args = parser.parse_args()
 
-    from models.engine import ChatOptions, EngineClient, LoadSettings
-
-    model = args.model
+    model = Path(args.model) if args.model else None
     if model is None:
         from tests.conftest import cached_models_dir, fetch_smollm2
-        model = str(fetch_smollm2(cached_models_dir()))
-    settings = dict(threads=args.threads, batch_threads=args.threads, context_length=2048,
-                    flash_attention=not args.no_flash_attention)
-    plain = ChatOptions(temperature=0.0, max_tokens=args.max_tokens)
-    common = f"{args.threads} threads, {args.runs} runs, flash attention " \
-             f"{'off' if args.no_flash_attention else 'on'}, greedy, up to {args.max_tokens} tokens"
-
-    lookup = ChatOptions(temperature=0.0, max_tokens=args.max_tokens, speculative="prompt_lookup",
-                         draft_tokens=args.draft, ngram_size=args.ngram)
-    print(f"== prompt lookup: model {Path(model).name}, {common}, draft {args.draft}, "
-          f"n-gram {args.ngram}")
-    prompts = ["Fix the typos in this paragraph and return it:\n\n" + paragraph(run)
-               for run in range(args.runs)]
-    with EngineClient() as client:
-        client.load(model, LoadSettings(**settings))
-        mismatches = compare(client, "prompt lookup", lookup, plain, prompts, args.max_tokens)
-    if args.skip_draft:
-        return 0 if not mismatches else 1
-
-    with tempfile.TemporaryDirectory() as folder:
-        target, draft = args.target, args.draft_model or model
-        if target is None:
+        model = fetch_smollm2(cached_models_dir())
+    flash = not args.no_flash_attention
+    clients = [int(c) for c in args.clients.split(",")]
+    workloads = args.workloads.split(",")
+    tools = None if args.no_llama_server else llama_tools.require_tools(
+        args.llama_tools, needed=("llama-server",))
+    mismatches = 0
+    best = None
+    with tempfile.TemporaryDirectory() as folder, httpx.Client(timeout=1800) as http:
+        if args.f32:
             from tests.quantize.model_files import write_dequantized_f16
-            target = str(write_dequantized_f16(Path(model), Path(folder) / "target-f32.gguf", "f32"))
-        print(f"\n== draft model: model {Path(target).name}, draft {Path(draft).name}, {common}, "
-              f"up to {args.draft} drafted at once")
-        drafted = ChatOptions(temperature=0.0, max_tokens=args.max_tokens,
-                              speculative="draft_model", draft_tokens=args.draft)
-        prompts = [f"Write a short story about {STORIES[run % len(STORIES)]}."
-                   for run in range(args.runs)]
-        with EngineClient() as client:
-            client.load(target, LoadSettings(**settings, draft_model=draft))
-            mismatches += compare(client, "draft model", drafted, plain, prompts, args.max_tokens)
+            model = write_dequantized_f16(model, Path(folder) / f"{model.stem}-F32.gguf", "f32")
+        model_id = bench_server.prepare_home(Path(folder) / "home", model, args.threads, flash)
+        print(f"== {model.name}, {args.threads} thread(s), context "
+              f"{bench_server.CONTEXT_PER_SLOT} per slot, flash attention "
+              f"{'on' if flash else 'off'}, greedy; {llama_tools.machine_line()}", flush=True)
+        if tools is not None and "edit" in workloads:
+            print("-- llama-server's modes on the edit workload, 1 client:", flush=True)
+            best = best_spec_type(http, tools, model, model_id, args.spec_types.split(","),
+                                  args.threads, flash, args.screen_runs)
+        for count in clients:
+            servers = [bench_server.start_ours(Path(folder) / "home", model_id, count)]
+            try:
+                if tools is not None:
+                    servers.append(bench_server.start_llama_server(
+                        tools, model, count, model_id, ["--spec-type", best] if best else [],
+                        args.threads, flash))
+                for workload in workloads:
+                    sides = [Side("ours, prompt lookup", servers[0]),
+                             Side("ours, plain", servers[0], dict(PLAIN))]
+                    if tools is not None:
+                        label = f"llama-server --spec-type {best}" if best else "llama-server"
+                        sides.append(Side(label, servers[1]))
+                    mismatches += compare(http, sides, model_id, workload, count, args.runs,
+                                          args.chat_tokens)
+                    sys.stdout.flush()
+            finally:
+                for server in servers:
+                    server.stop()
     return 0 if not mismatches else 1
 
 

@@ -21,6 +21,7 @@ The cache folder is ``--llama-tools DIR``, else ``QUANTDESK_LLAMA_TOOLS``, else
 shared libraries are next to them in ``bin/``)::
 
     python tests/benchmarks/llama_tools.py --build     # build once (or find), print bin/
+    python tests/benchmarks/llama_tools.py --build --target llama-mtmd-cli   # only that tool
     python tests/benchmarks/llama_tools.py             # print bin/, or say how to build
 
 llama.cpp's tools default to flash attention "auto" while ``Llama()`` (and so the
@@ -48,6 +49,9 @@ from llama_cmake_args import LLAMA_CPP_PYTHON, cmake_args  # noqa: E402
 #: used while the others build (``ggml-rpc-server`` is the RPC worker, ``rpc-server`` in docs).
 TARGETS = ("llama-bench", "llama-server", "llama-perplexity", "llama-imatrix",
            "llama-quantize", "ggml-rpc-server")
+
+#: Built only for the benchmarks that ask for it (the image encoder's reference).
+MTMD_CLI = "llama-mtmd-cli"
 
 #: Options beside this CPU's: the tools only, no tests, the server without its web UI
 #: (building it needs npm; the prebuilt one is downloaded at configure time) and without
@@ -139,15 +143,18 @@ def unpack_sdist(cache: Path, log) -> Path:
     return source
 
 
-def build_tools(cache: Optional[Path] = None, jobs: int = 2, nice: int = 5) -> LlamaTools:
-    """Find the tools in ``cache``, or build them there from the sdist (output in
-    ``cache/build.log``); ``nice`` lowers the compilers' priority."""
+def build_tools(cache: Optional[Path] = None, jobs: int = 2, nice: int = 5,
+                targets: Sequence[str] = TARGETS) -> LlamaTools:
+    """Find the ``targets`` in ``cache``, or build them there from the sdist (output in
+    ``cache/build.log``; tools built before stay); ``nice`` lowers the compilers' priority."""
     cache = Path(cache or default_cache_dir())
-    found = find_tools(cache)
+    found = find_tools(cache, targets)
     if found is not None:
         return found
     cache.mkdir(parents=True, exist_ok=True)
-    (cache / "BUILD_INFO").unlink(missing_ok=True)
+    info = cache / "BUILD_INFO"
+    if not info.is_file() or info.read_text() != build_info():
+        info.unlink(missing_ok=True)  # configured again below; its old tools are stale
     build = cache / "build"
     prefix = ["nice", "-n", str(nice)] if nice and shutil.which("nice") else []
     with open(cache / "build.log", "a") as log:
@@ -155,16 +162,16 @@ def build_tools(cache: Optional[Path] = None, jobs: int = 2, nice: int = 5) -> L
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         commands = [["cmake", "-S", str(source), "-B", str(build), *generator, *build_options()]]
         commands += [[*prefix, "cmake", "--build", str(build), "-j", str(jobs), "--target", target]
-                     for target in TARGETS]
+                     for target in targets]
         for index, command in enumerate(commands):
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
             if index == 0:  # configured with today's options: finished tools are usable
                 (cache / "BUILD_INFO").write_text(build_info())
-    tools = find_tools(cache)
+    tools = find_tools(cache, targets)
     if tools is None:
-        raise RuntimeError(f"the build in {build} did not produce {', '.join(TARGETS)}")
+        raise RuntimeError(f"the build in {build} did not produce {', '.join(targets)}")
     return tools
 
 
@@ -202,7 +209,7 @@ def require_tools(cache: Optional[Path], build: bool = True,
                  f"python tests/benchmarks/llama_tools.py --build")
     print(f"building llama.cpp's tools in {cache or default_cache_dir()} (about 20 minutes "
           "on 2 cores, once)...", flush=True)
-    return build_tools(cache)
+    return build_tools(cache, targets=needed)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -210,11 +217,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_argument(parser)
     parser.add_argument("--build", action="store_true", help="build the tools if missing")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="parallel compile jobs")
+    parser.add_argument("--target", action="append", default=None, metavar="TOOL",
+                        help=f"build only this tool (repeatable; default: {', '.join(TARGETS)})")
     args = parser.parse_args(argv)
+    targets = tuple(args.target or TARGETS)
     if args.build:
-        tools = build_tools(args.llama_tools, jobs=args.jobs)
+        tools = build_tools(args.llama_tools, jobs=args.jobs, targets=targets)
     else:
-        tools = require_tools(args.llama_tools, build=False)
+        tools = require_tools(args.llama_tools, build=False, needed=targets)
     print(tools.bin)
     return 0
 

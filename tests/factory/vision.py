@@ -260,7 +260,8 @@ def _vision_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, 
 
 def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str = "hub",
                                  dtype: str = "float32", shards: int = 1, seed: int = 0,
-                                 generation_config: dict | None = None) -> TinyVisionCheckpoint:
+                                 generation_config: dict | None = None,
+                                 sizes: dict | None = None) -> TinyVisionCheckpoint:
     """Write a tiny image-text checkpoint of ``family`` into ``dest``.
 
     Args:
@@ -272,6 +273,10 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
         shards: Number of safetensors files (more than one writes an index).
         seed: Seed of the random weights (the text model's and the encoder's).
         generation_config: Keys added to ``generation_config.json`` (sampling defaults).
+        sizes: Keys replacing the family's tiny ones in ``vision_config``, the top-level
+            config and ``preprocessor_config.json`` (``{"vision_config": {...},
+            "config": {...}, "preprocessor": {...}}``): a real model's encoder shape
+            for benchmarks.
     """
     spec = VISION_ARCHITECTURES[family]
     dest = Path(dest)
@@ -288,9 +293,10 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
 
     text_config = {k: v for k, v in text.config.items() if k not in ("architectures", "torch_dtype")}
     text_config.update(spec.text_extra or {})
+    sizes = sizes or {}
     config = {"architectures": [spec.hf_class], "model_type": spec.model_type,
-              "text_config": text_config, "vision_config": dict(spec.vision_config),
-              "torch_dtype": dtype, **spec.extra_config}
+              "text_config": text_config, "vision_config": {**spec.vision_config, **sizes.get("vision_config", {})},
+              "torch_dtype": dtype, **spec.extra_config, **sizes.get("config", {})}
     if spec.flat_hub_config and layout == "hub":
         config = {**{k: v for k, v in text_config.items() if k != "model_type"},
                   **{k: v for k, v in config.items() if k != "text_config"}}
@@ -301,7 +307,8 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
         boi, eoi, image = (pieces.piece_to_id(t) for t in GEMMA_IMAGE_SPECIALS)
         config.update(boi_token_index=boi, eoi_token_index=eoi, image_token_index=image)
     (dest / "config.json").write_text(json.dumps(config, indent=2))
-    (dest / "preprocessor_config.json").write_text(json.dumps(spec.preprocessor, indent=2))
+    preprocessor = {**spec.preprocessor, **sizes.get("preprocessor", {})}
+    (dest / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
     if generation_config:
         path = dest / "generation_config.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), **generation_config}, indent=2))

@@ -24,7 +24,7 @@ from tests.quantize.model_files import TinyLlama, write_dequantized_f16, write_t
 pytestmark = pytest.mark.smollm2
 
 STORY = [{"role": "user", "content": "Write a short story about a fox and a miller."}]
-GREEDY = ChatOptions(temperature=0.0, max_tokens=60)
+GREEDY = ChatOptions(temperature=0.0, max_tokens=60, speculative="off")
 DRAFTED = ChatOptions(temperature=0.0, max_tokens=60, speculative="draft_model")
 
 
@@ -62,7 +62,7 @@ def test_greedy_reply_is_unchanged_and_guesses_are_kept(drafted_engine, smollm2_
 
 def test_sampled_reply_with_a_seed_is_unchanged(drafted_engine):
     sampled = dict(temperature=0.8, seed=11, max_tokens=40)
-    plain = drafted_engine.chat(STORY, ChatOptions(**sampled)).wait()
+    plain = drafted_engine.chat(STORY, ChatOptions(**sampled, speculative="off")).wait()
     fast = drafted_engine.chat(STORY, ChatOptions(**sampled, speculative="draft_model")).wait()
     assert fast.text == plain.text
     assert fast.stats.draft_tokens > 0

@@ -1,9 +1,11 @@
-"""Speculative decoding by prompt lookup in the engine, with the real SmolLM2.
+"""Speculative decoding by prompt lookup in the engine's batch, with the real SmolLM2.
 
-Oracle: the engine's own plain decoding. With temperature 0, prompt lookup must give the
-very same reply token for token (a draft token is kept only when the model's own pick
-equals it), and leave the KV cache and the saved session exactly as plain decoding does,
-which the follow-up turns check by comparing with replies computed from scratch.
+Oracle: the engine's own plain decoding (``speculative="off"``). Prompt lookup must give
+the very same reply token for token (a draft token is kept only when the model's own pick
+equals it) — greedy or sampled with a seed, alone or beside other replies in the batch,
+free text or under a JSON Schema — and leave the KV cache and the saved session exactly as
+plain decoding does, which the follow-up turns check by comparing with replies computed
+from scratch.
 
 The engine here uses flash attention: llama.cpp's plain attention rounds differently for a
 batch of positions than for one (logits differ by up to ~0.8 on SmolLM2, measured with raw
@@ -11,6 +13,8 @@ llama-cpp-python), so there a greedy reply may legitimately differ at a near-tie
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -26,8 +30,8 @@ PARAGRAPH = ("Teh quick brown fox jumpd over the lazy dog near the rivr bank. Ev
              "large wooden barels.")
 EDIT = [{"role": "user", "content": "Fix the typos in this paragraph and return it:\n\n" + PARAGRAPH}]
 FOLLOW_UP = {"role": "user", "content": "Now return the same paragraph again, unchanged."}
-GREEDY = ChatOptions(temperature=0.0, max_tokens=64)
-LOOKUP = ChatOptions(temperature=0.0, max_tokens=64, speculative="prompt_lookup")
+GREEDY = ChatOptions(temperature=0.0, max_tokens=64, speculative="off")
+LOOKUP = ChatOptions(temperature=0.0, max_tokens=64)  # prompt lookup is the default
 # A chat that shares only the template's system prefix with the others: it evicts them
 # (the engine's prompt cache is off in this module, so nothing brings them back).
 EVICT = [{"role": "user", "content": "Say hello."}]
@@ -43,8 +47,9 @@ def smollm2_engine(smollm2_gguf):
     client.shutdown()
 
 
-def _brute_force_draft(history: list[int], max_ngram: int, max_tokens: int) -> list[int]:
-    for size in range(min(max_ngram, len(history) - 1), 0, -1):
+def _brute_force_draft(history: list[int], max_ngram: int, max_tokens: int,
+                       min_ngram: int = 1) -> list[int]:
+    for size in range(min(max_ngram, len(history) - 1), min_ngram - 1, -1):
         tail = history[-size:]
         for start in range(len(history) - size - 1, -1, -1):
             if history[start: start + size] == tail:
@@ -61,6 +66,57 @@ def test_find_draft_matches_a_brute_force_search():
         ngram, limit = int(rng.integers(1, 5)), int(rng.integers(0, 9))
         expected = _brute_force_draft(history, ngram, limit) if limit else []
         assert find_draft(np.array(history, dtype=np.intc), ngram, limit) == expected, history
+        expected = _brute_force_draft(history, ngram, limit, 2) if limit else []
+        assert find_draft(np.array(history, dtype=np.intc), ngram, limit, 2) == expected, history
+
+
+def test_step_cost_is_fitted_from_step_times(monkeypatch):
+    from models.engine.speculation import COST_ENV, FIRST_EXTRA_COST, StepCost
+
+    monkeypatch.delenv(COST_ENV)  # the tests pin it (tests/conftest.py); measured here
+    cost = StepCost()
+    for _ in range(20):
+        cost.add(1, 0.010)  # all steps of one size: nothing to fit yet
+    assert cost.extra == FIRST_EXTRA_COST
+    for _ in range(20):  # a step costs 10 ms plus 1 ms per token more than one
+        for tokens in (1, 4, 9):
+            cost.add(tokens, 0.010 + 0.001 * (tokens - 1))
+    assert cost.extra == pytest.approx(0.1, rel=0.01)
+    for _ in range(300):  # the machine got busy: each token costs as much as a step
+        for tokens in (1, 3):
+            cost.add(tokens, 0.020 * tokens)
+    assert cost.extra == pytest.approx(1.0, rel=0.05)
+
+
+def test_draft_length_pays_for_itself():
+    from models.engine.speculation import best_length
+
+    assert best_length(0.98, 0.05, 16) == 16  # a reply that copies, cheap tokens: long drafts
+    assert 0 < best_length(0.9, 0.3, 16) < 16
+    assert best_length(0.3, 0.3, 16) == 0  # guesses rarely kept: none at all
+    assert best_length(0.9, 1.0, 16) == 0  # each token as dear as a step: plain is best
+
+
+def test_drafts_follow_acceptance_and_look_again_after_rests():
+    from models.engine.speculation import StepCost, LookupDrafter
+
+    cheap = StepCost()
+    cheap.extra = 0.05
+    drafter = LookupDrafter(max_length=8, max_ngram=3, capacity=100, cost=cheap)
+    copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:8]  # optimistic at first
+    assert drafter.propose(copy, [1, 2], room=3) == copy[2:5]  # never past the room
+    assert drafter.propose(copy, [12, 1], room=50) == []  # a single token is no match
+    for _ in range(8):
+        drafter.update(4, 0)  # every guess wrong: not worth drafting
+    assert drafter.acceptance < 0.1
+    looks = [drafter.propose(copy, [1, 2], room=50) for _ in range(8)]
+    # A short look at once, then after a rest of 1 step, then of 2, then of 4.
+    assert [len(d) for d in looks] == [2, 0, 2, 0, 0, 2, 0, 0]
+    for _ in range(8):
+        drafter.update(8, 8)  # copying again
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]
+    assert (drafter.drafted, drafter.accepted) == (8 * 4 + 8 * 8, 8 * 8)
 
 
 def test_greedy_reply_is_unchanged_and_drafts_are_accepted(smollm2_engine):
@@ -107,6 +163,94 @@ def test_follow_up_reuses_the_cache_and_the_saved_session(smollm2_engine):
     smollm2_engine.chat(EVICT, ChatOptions(temperature=0.0, max_tokens=4)).wait()
     assert live.text == smollm2_engine.chat(again, GREEDY).wait().text
     smollm2_engine.delete_session("lookup")
+
+
+def test_sampled_reply_with_a_seed_is_unchanged(smollm2_engine):
+    """The sampler picks from the same rows in the same order with the same random draws,
+    so a seeded sampled reply is the plain one, token for token."""
+    sampled = dict(temperature=0.7, seed=5, max_tokens=64)
+    plain = smollm2_engine.chat(EDIT, ChatOptions(**sampled, speculative="off")).wait()
+    fast = smollm2_engine.chat(EDIT, ChatOptions(**sampled)).wait()
+    assert fast.text == plain.text and fast.stats.draft_tokens > 0
+
+
+def test_schema_reply_drafts_under_the_grammar_and_is_unchanged(smollm2_engine):
+    """A JSON reply that repeats the prompt's text drafts it; drafts end where the grammar
+    refuses a token, and the reply is still the plain one, valid."""
+    from models.structured.validate import validation_errors
+
+    schema = {"type": "object", "properties": {"fixed": {"type": "string"}},
+              "required": ["fixed"], "additionalProperties": False}
+    ask = [{"role": "user", "content": "Fix the typos in this paragraph and return it as JSON "
+            "with the key fixed:\n\n" + PARAGRAPH}]
+    options = dict(temperature=0.0, max_tokens=80, response_format="json_schema", schema=schema)
+    plain = smollm2_engine.chat(ask, ChatOptions(**options, speculative="off")).wait()
+    fast = smollm2_engine.chat(ask, ChatOptions(**options)).wait()
+    assert fast.text == plain.text
+    assert fast.stats.valid is plain.stats.valid is True
+    assert validation_errors(json.loads(fast.text), schema) == []
+    assert fast.stats.accepted_tokens > 0 and fast.stats.decode_passes < plain.stats.decode_passes
+
+
+def test_replies_drafting_side_by_side_in_the_batch_are_unchanged(smollm2_gguf):
+    """Four replies at once, each drafting (or not) in the same decodes as the others', are
+    the four replies plain decoding gives together, token for token; afterwards each slot's
+    cache holds exactly its tokens.
+
+    The engine's scheduler runs in this process so that both runs admit the four requests
+    in the same step and read their prompts in the same batches: llama.cpp rounds a batch
+    of several prompts differently from one (``test_engine_batching``), which would make
+    the replies depend on arrival timing rather than on speculation."""
+    import multiprocessing
+
+    import llama_cpp
+
+    from models.engine.batching import BatchScheduler
+    from models.engine.cancel_flag import CancelFlag
+    from models.engine.llama_log import LlamaLogCapture
+    from models.engine.runtime import LoadedModel
+
+    requests = [EDIT, [{"role": "user", "content": "Return this line unchanged: " + PARAGRAPH}],
+                [{"role": "user", "content": "Write a short poem about the sea."}],
+                [{"role": "user", "content": "Fix the typos: Teh rivr is wide and teh fox is "
+                  "quik. Teh rivr is wide and teh fox is quik."}]]
+    settings = LoadSettings(**{**FAST_SETTINGS, "parallel": 4}, flash_attention=True)
+    log_capture = LlamaLogCapture()
+    model = LoadedModel(str(smollm2_gguf), settings, log_capture)
+    sent: list[dict] = []
+    scheduler = BatchScheduler(model, CancelFlag(multiprocessing.get_context("spawn")).shared,
+                               sent.append, cache_ram_bytes=0)
+
+    def run(options: ChatOptions) -> tuple[list[str], list[dict]]:
+        llama_cpp.llama_memory_seq_rm(scheduler.memory, -1, -1, -1)  # every slot empty
+        for slot in scheduler.slots:
+            slot.tokens = []
+        first = len(sent)
+        for k, messages in enumerate(requests):
+            scheduler.submit({"id": k, "lane": k, "messages": messages,
+                              "options": options.to_dict()})
+        while scheduler.busy():
+            scheduler.step()
+        texts, stats = [""] * len(requests), [{}] * len(requests)
+        for message in sent[first:]:
+            for event in message.get("events", [message]):
+                texts[event["id"]] += event.get("text", "")
+                if event["event"] == "done":
+                    stats[event["id"]] = event["stats"]
+        return texts, stats
+
+    try:
+        plain, _ = run(GREEDY)
+        fast, stats = run(LOOKUP)
+        assert fast == plain
+        assert sum(s["accepted_tokens"] for s in stats) > 0
+        for slot in scheduler.slots:  # no rejected draft left behind in any cache
+            last = llama_cpp.llama_memory_seq_pos_max(scheduler.memory, slot.seq_id)
+            assert last + 1 == len(slot.tokens) > 0
+    finally:
+        scheduler.close()
+        model.close()
+        log_capture.close()
 
 
 @pytest.mark.parametrize("options, words", [

@@ -82,7 +82,7 @@ def test_unsupported_schema_and_bad_grammar_are_refused_before_generating(smollm
     with pytest.raises(QuantDeskError, match="needs a schema"):
         smollm2_engine.chat(ASK, ChatOptions(response_format="json_schema"))
     with pytest.raises(QuantDeskError, match="cannot be combined"):
-        smollm2_engine.chat(ASK, schema_options(speculative="prompt_lookup"))
+        smollm2_engine.chat(ASK, schema_options(speculative="draft_model"))
     with pytest.raises(QuantDeskError, match="response format"):
         smollm2_engine.chat(ASK, ChatOptions(response_format="xml"))
     # A malformed schema is refused even "anyway".

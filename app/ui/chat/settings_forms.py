@@ -50,12 +50,13 @@ class SamplingForm(QWidget):
         self.stop.setAccessibleName("Stop strings")
         self.speculative = QComboBox()
         self.speculative.setAccessibleName("Speculative decoding")
-        for label, mode in (("off", "off"), ("prompt lookup", "prompt_lookup"),
+        for label, mode in (("prompt lookup", "prompt_lookup"), ("off", "off"),
                             ("draft model", "draft_model")):
             self.speculative.addItem(label, mode)
         self.speculative.setToolTip("Guess several tokens and check them in one pass: the reply "
-                                    "is the same, often faster. The draft model is set in the "
-                                    "load settings.")
+                                    "is the same, often faster. Prompt lookup guesses from the "
+                                    "conversation and drafts less where that fails; the draft "
+                                    "model is set in the load settings.")
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setAccessibleName("Thinking")
         self.thinking.setToolTip("A reasoning model writes its thinking (shown folded above the "

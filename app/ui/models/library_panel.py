@@ -29,6 +29,28 @@ from models.foundation.errors import QuantDeskError
 from models.gguf_header import parameters_text
 
 
+def architecture_text(model, reads: tuple = ()) -> str:
+    """``gemma3 · vision``: the architecture, and what else the model is or reads — an
+    embedding model (vectors, not replies), one that reads images or sound with its
+    vision encoder (``reads``: its input modalities beyond text), or the encoder itself."""
+    marks = ["embedding"] if model.embedding else []
+    if model.is_projector:
+        marks.append("vision encoder")
+    marks += [{"image": "vision", "audio": "audio"}[r] for r in reads if r in ("image", "audio")]
+    return " · ".join([model.architecture or "?", *marks])
+
+
+def architecture_tooltip(model, reads: tuple = ()) -> str:
+    if model.embedding:
+        return "An embedding model: it makes vectors for search and retrieval (the server's /v1/embeddings), " \
+               "not chat replies."
+    if model.is_projector:
+        return "A vision encoder (mmproj): it loads with the model it belongs to, which then reads images."
+    if "image" in reads:
+        return "Reads images with its vision encoder (Vision encoder… shows or changes which)."
+    return ""
+
+
 def size_text(n: Optional[int]) -> str:
     """``4.58 GB``-style sizes for tables (decimal units, as file managers show)."""
     if not n:
@@ -41,10 +63,7 @@ def size_text(n: Optional[int]) -> str:
 
 LIBRARY_COLUMNS = [
     Column("Name", lambda m: m.name, tooltip=lambda m: m.path + (f"\nUnreadable: {m.error}" if m.error else "")),
-    # An embedding model is marked: it makes vectors (the API's /v1/embeddings), not replies.
-    Column("Architecture", lambda m: (m.architecture or "?") + (" · embedding" if m.embedding else ""),
-           tooltip=lambda m: "An embedding model: it makes vectors for search and retrieval "
-                             "(the server's /v1/embeddings), not chat replies." if m.embedding else ""),
+    # The Architecture column is the panel's own (it knows which models read images).
     # "30.5B total, 3.3B active" for a mixture of experts
     Column("Parameters", lambda m: parameters_text(m.parameters, m.active_parameters),
            sort=lambda m: m.parameters or 0, align_right=True),
@@ -72,10 +91,14 @@ class LibraryPanel(QWidget):
         self._library = None
         self.quality: dict = {}  # path → models.library.QualityRecord of the files measured
         self.projector_menu = None  # the vision encoders offered for the selected model
+        self.reads: dict = {}  # path → what a model reads beyond text (its encoder's header says)
+        architecture = Column("Architecture", lambda m: architecture_text(m, self.reads.get(m.path, ())),
+                              tooltip=lambda m: architecture_tooltip(m, self.reads.get(m.path, ())))
         quality = Column("Quality", lambda m: quality_text(self.quality.get(m.path)),
                          sort=lambda m: self.quality[m.path].stats["mean_kld"] if m.path in self.quality else None,
                          tooltip=lambda m: quality_tooltip(self.quality.get(m.path)), align_right=True)
-        self.model = RowsTableModel([*LIBRARY_COLUMNS[:6], quality, *LIBRARY_COLUMNS[6:]], self)
+        self.model = RowsTableModel([LIBRARY_COLUMNS[0], architecture, *LIBRARY_COLUMNS[1:5], quality,
+                                     *LIBRARY_COLUMNS[5:]], self)
         self.proxy = RowsFilterProxy(self)
         self.proxy.setSourceModel(self.model)
 
@@ -104,7 +127,7 @@ class LibraryPanel(QWidget):
         # hundreds of rows instant.
         self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column, width in enumerate((0, 110, 90, 80, 80, 90, 95, 90, 105, 95)):
+        for column, width in enumerate((0, 140, 90, 80, 80, 90, 95, 90, 105, 95)):
             if width:
                 self.view.setColumnWidth(column, width)
         self.view.setSortingEnabled(True)
@@ -140,7 +163,27 @@ class LibraryPanel(QWidget):
             self.banner.show_message(str(getattr(exc, "user_message", exc)), level="error")
             return
         if rescan:
-            self.run(lambda: self.library.scan(), lambda _stats: self._show(self.library.models()))
+            self.run(self._scan, self._scanned)
+
+    def _scan(self) -> dict:
+        """Off the GUI thread: the disk rescanned, then what each model reads."""
+        self.library.scan()
+        return {m.path: reads for m in self.library.models() if (reads := self._reads_of(m))}
+
+    @staticmethod
+    def _reads_of(model) -> tuple:
+        """What ``model`` reads beyond text, as its vision encoder's header says (the one
+        chosen for it, else the one beside it); reads files, so off the GUI thread."""
+        if model.kind != "gguf" or model.error or model.is_projector or model.embedding:
+            return ()
+        from app.core.model_settings import load_settings_for
+        from models.projector import input_modalities
+
+        return tuple(input_modalities(model.path, load_settings_for(model.path).mmproj)[1:])
+
+    def _scanned(self, reads: dict) -> None:
+        self.reads = reads
+        self._show(self.library.models())
 
     def _show(self, rows) -> None:
         selected = self.selected()
@@ -269,11 +312,19 @@ class LibraryPanel(QWidget):
         """Remember ``projector`` for ``model`` (a file of another width is refused with a
         sentence naming both numbers)."""
         from app.core.model_settings import choose_projector
+        from models.projector import input_modalities
 
-        self.run(lambda: choose_projector(model.path, projector),
-                 lambda path: self.banner.show_message(
-                     f"{Path(model.path).name} reads images with {path.name} from its next load.",
-                     level="info"))
+        def work():
+            chosen = choose_projector(model.path, projector)
+            return chosen, tuple(input_modalities(model.path, str(chosen))[1:])
+
+        def done(result) -> None:
+            chosen, self.reads[model.path] = result
+            self._show(self.library.models())
+            self.banner.show_message(f"{Path(model.path).name} reads images with {chosen.name} from its next load.",
+                                     level="info")
+
+        self.run(work, done)
 
     def import_dialog(self) -> None:
         name, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "", "GGUF (*.gguf)")
@@ -282,9 +333,14 @@ class LibraryPanel(QWidget):
 
     def import_path(self, path: Path) -> None:
         """Add a model where it is (it is not copied)."""
-        def added(model) -> None:
+        def work():
+            model = self.library.import_path(path)
+            return model, self._reads_of(model)
+
+        def added(result) -> None:
+            model, self.reads[model.path] = result
             self.load(rescan=False)
             self.select_path(model.path)
             self.banner.show_message(f"Added {model.name} to the Library.", level="info")
 
-        self.run(lambda: self.library.import_path(path), added)
+        self.run(work, added)

@@ -86,6 +86,10 @@ LOG_COLUMNS = (
     Column("Cached", lambda e: _tokens(e, e.cached_tokens), sort=lambda e: e.cached_tokens, align_right=True),
     Column("Generated", lambda e: _tokens(e, e.completion_tokens), sort=lambda e: e.completion_tokens,
            align_right=True),
+    Column("Drafted", lambda e: _tokens(e, getattr(e, "drafted_tokens", 0)),
+           sort=lambda e: getattr(e, "drafted_tokens", 0), align_right=True),
+    Column("Accepted", lambda e: _tokens(e, getattr(e, "accepted_tokens", 0)),
+           sort=lambda e: getattr(e, "accepted_tokens", 0), align_right=True),
     Column("TTFT", _ttft, sort=lambda e: e.ttft_seconds, align_right=True),
     Column("tok/s", _speed, sort=lambda e: e.tokens_per_second, align_right=True),
     Column("Status", _status, sort=lambda e: e.status, tooltip=_error, foreground=_status_colour),
@@ -96,7 +100,7 @@ LOG_COLUMNS = (
 #: of fitting their contents as rows arrive (no measuring per request, no jumping columns).
 #: ``None``: the column takes the remaining width.
 LOG_WIDTHS = ("00:00:00", "255.255.255.255:65535", "POST /v1/chat/completions", None, "100,000",
-              "100,000", "100,000", "9999 ms", "999.9", "Status")
+              "100,000", "100,000", "100,000", "100,000", "9999 ms", "999.9", "Status")
 
 
 def fit_log_columns(view) -> None:

@@ -415,3 +415,25 @@ def test_logprobs_come_with_each_token(client):
     assert len(content) == reply.usage.completion_tokens
     assert "".join(t.token for t in content) == reply.choices[0].message.content
     assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_usage_and_the_log_count_drafted_and_accepted_tokens(client, server):
+    """Prompt lookup is on by default: a reply that copies its prompt reports its drafts as
+    OpenAI's predicted-output counts and in ``usage.speculative``; llama-server's
+    ``speculative.n_max`` of 0 turns it off for a request, with the same reply."""
+    copy = [{"role": "user", "content": "Repeat this sentence exactly: the quick brown fox "
+             "jumps over the lazy dog near the river bank every morning."}]
+    request = dict(model=MODEL_ID, messages=copy, temperature=0, max_tokens=30)
+    fast = client.chat.completions.create(**request)
+    usage = fast.model_dump()["usage"]
+    drafted, accepted = usage["speculative"]["drafted_tokens"], usage["speculative"]["accepted_tokens"]
+    assert drafted > 0 and 0 < accepted <= drafted
+    details = usage["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] == accepted
+    assert details["rejected_prediction_tokens"] == drafted - accepted
+    entry = next(e for e in reversed(server.entries) if e.path == "/v1/chat/completions")
+    assert (entry.drafted_tokens, entry.accepted_tokens) == (drafted, accepted)
+    assert f"drafted {drafted} (accepted {accepted})" in entry.line()
+    plain = client.chat.completions.create(**request, extra_body={"speculative.n_max": 0})
+    assert plain.model_dump()["usage"]["speculative"] == {"drafted_tokens": 0, "accepted_tokens": 0}
+    assert plain.choices[0].message.content == fast.choices[0].message.content

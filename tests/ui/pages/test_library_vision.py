@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from PySide6.QtCore import Qt
 
 from tests.factory.vision import model_with_and_without_projector
 from tests.models.conftest import FAST_SETTINGS
@@ -41,6 +42,15 @@ def test_choose_the_encoder_a_model_reads_images_with(qtbot, window, gemma3, tmp
         library.import_path(path)
         qtbot.waitUntil(lambda: library.select_path(str(path)), timeout=10_000)
     assert library.select_path(str(encoder)) and not library.buttons["Vision encoder"].isEnabled()
+    assert library.reads.get(str(text)) == ("image",)  # worked out as it joined
+    library.reads.clear()
+    library.load(rescan=True)  # and again with each rescan
+    qtbot.waitUntil(lambda: library.reads.get(str(text)) == ("image",), timeout=20_000)
+    column = [library.model.headerData(c, Qt.Orientation.Horizontal)
+              for c in range(library.model.columnCount())].index("Architecture")
+    shown = {library.model.row_at(library.proxy.index(r, 0)).path: library.proxy.index(r, column).data()
+             for r in range(library.proxy.rowCount())}
+    assert shown == {str(text): "gemma3 · vision", str(plain): "gemma3", str(encoder): "clip · vision encoder"}
 
     assert library.select_path(str(text))
     offered = _menu(qtbot, library)
@@ -57,6 +67,7 @@ def test_choose_the_encoder_a_model_reads_images_with(qtbot, window, gemma3, tmp
     assert "gemma3-text.gguf reads images with mmproj-gemma3-F16.gguf" in page.banner.text()
     assert load_settings_for(plain).mmproj == str(encoder)
     assert _menu(qtbot, library)["mmproj-gemma3-F16.gguf"].isChecked()
+    assert library.reads[str(plain)] == ("image",)  # now it reads images too
 
     library.set_projector(library.selected(), text)  # a model, not an encoder
     qtbot.waitUntil(lambda: page.banner.level() == "error", timeout=10_000)

@@ -19,11 +19,12 @@ def test_log_rows_show_tokens_timing_and_status_and_the_log_stays_bounded(qtbot)
     log = RequestLogModel()
     log.append(RequestLogEntry("127.0.0.1:5000", "POST", "/v1/chat/completions", 200, model="smol",
                                prompt_tokens=2048, cached_tokens=2000, completion_tokens=16,
+                               drafted_tokens=12, accepted_tokens=9,
                                ttft_seconds=0.0423, tokens_per_second=51.27, time=0))
     log.append(RequestLogEntry("127.0.0.1:5001", "GET", "/v1/models", 401, error="This server needs an API key"))
     assert texts(log, 0)[1:] == ["127.0.0.1:5000", "POST /v1/chat/completions", "smol", "2,048", "2,000",
-                                 "16", "42 ms", "51.3", "200"]
-    assert texts(log, 1)[4:7] == ["", "", ""]  # no model ran: no token counts
+                                 "16", "12", "9", "42 ms", "51.3", "200"]
+    assert texts(log, 1)[4:9] == ["", "", "", "", ""]  # no model ran: no token counts
     status = log.columnCount() - 1
     assert log.index(0, status).data(Qt.ItemDataRole.ForegroundRole) is None
     assert log.index(1, status).data(Qt.ItemDataRole.ForegroundRole) is not None  # in red
