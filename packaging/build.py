@@ -229,8 +229,11 @@ def build_windows(backend: str) -> list[Path]:
     python = cross_windows.windows_python(BUILD)
     step("Installing QuantDesk and its runtime dependencies into Windows' Python (pip under Wine)")
     started = time.monotonic()
-    python.pip("install", "-q", "--force-reinstall", "--no-deps", cross_windows.windows_path(wheel))
     app_wheel = cross_windows.project_wheel(ROOT, BUILD / "windows" / "wheels")
+    # Both wheels forced: a rebuild has the same version numbers, which pip would take as
+    # already installed and keep the previous build's code.
+    python.pip("install", "-q", "--force-reinstall", "--no-deps", cross_windows.windows_path(wheel),
+               cross_windows.windows_path(app_wheel))
     python.pip("install", "-q", cross_windows.windows_path(app_wheel), PYINSTALLER, "pillow")
     python.pip("check")
     print(f"    installed in {time.monotonic() - started:.0f} s", flush=True)
