@@ -34,7 +34,8 @@ guess of what comes next (``speculation.py``, adaptive per reply, cut where a gr
 refuses a token), with logits at every position; which replies' drafts go in, and how
 long, is planned for the step as a whole, since a draft of one reply can cost the others a
 second pass (``speculation.plan_drafts``). The batch holds the sequences in order of their
-ids. After the step's decode its sampler picks
+ids, and an idle slot between two busy ones gets a filler token (removed after the decode)
+when that saves a pass (``_fillers``). After the step's decode its sampler picks
 from those rows in turn and keeps the draft while the picks equal it, so the reply is what
 plain decoding gives; the cells of rejected draft tokens leave the slot's cache at once
 (``llama_memory_seq_rm``), and the slot's tokens are always exactly its cache.
@@ -551,8 +552,15 @@ class BatchScheduler:
                                                                 reply.next_prompt + count], last)
                 space -= count
         # In the order of the sequences: llama.cpp's micro-batches take consecutive ones.
+        fillers = self._fillers(parts, space)
         batch, n, rows, counts = self.batch, 0, [], []
-        for seq in sorted(parts):
+        for seq in sorted([*parts, *fillers]):
+            if seq in fillers:
+                slot = self.slots[seq]
+                self._put(n, slot.tokens[-1] if slot.tokens else 0, fillers[seq], seq, False)
+                counts.append((seq, 1))
+                n += 1
+                continue
             reply, tokens, logits_from = parts[seq]
             start = self._position(reply.slot)
             for i, token in enumerate(tokens):
@@ -562,13 +570,20 @@ class BatchScheduler:
             counts.append((seq, len(tokens)))
             n += len(tokens)
         batch.n_tokens = n
+        reading = any(reply.reading_prompt for reply, _, _ in rows)
         decoding = time.perf_counter()
-        code = llama_cpp.llama_decode(self.ctx, batch)
+        if reading:
+            code = llama_cpp.llama_decode(self.ctx, batch)
+        else:  # generation only (several replies, drafts): the generation threads
+            with self.model.generation_threads():
+                code = llama_cpp.llama_decode(self.ctx, batch)
+        for seq, position in fillers.items():
+            llama_cpp.llama_memory_seq_rm(self.memory, seq, position, -1)
         if code != 0:
             self._failed_step(rows, code)
             return
         now = time.perf_counter()
-        if not any(reply.reading_prompt for reply, _, _ in rows):
+        if not reading:
             self.step_cost.add(ubatch_sizes(counts, self.model.n_ubatch, self.split_equal),
                                now - decoding)
         for reply, row, count in rows:
@@ -646,6 +661,30 @@ class BatchScheduler:
                 f"llama.cpp failed to evaluate the conversation (llama_decode returned {code}).",
                 "Send the message again; if it keeps failing, reload the model with a "
                 "smaller context or fewer slots."))
+
+    def _fillers(self, parts: dict, space: int) -> dict[int, int]:
+        """Sequences between the batch's that have nothing in it, when a token of each
+        (removed again after the decode) makes the step cheaper: with a KV stream per
+        slot, llama.cpp's micro-batches take consecutive sequences only, so a step of
+        slots 0, 2 and 3 is two passes over the weights, and with slot 1's filler one.
+        Sequence → the filler's position (its cache's end)."""
+        if not self.split_equal or not parts or space < 1:
+            return {}
+        seqs = sorted(parts)
+        gaps = {}
+        for seq in range(seqs[0], seqs[-1]):
+            slot = self.slots[seq]
+            if seq not in parts and len(slot.tokens) + 1 < self.model.n_ctx:
+                gaps[seq] = self._position(slot)
+        if not gaps or len(gaps) > space:
+            return {}
+        counts = [(seq, len(parts[seq][1])) for seq in seqs]
+        filled = sorted(counts + [(seq, 1) for seq in gaps])
+        units = self.step_cost.units
+        n_ubatch = self.model.n_ubatch
+        if units(ubatch_sizes(filled, n_ubatch, True)) < units(ubatch_sizes(counts, n_ubatch, True)):
+            return gaps
+        return {}
 
     def _plan_drafts(self, parts: dict, space: int) -> None:
         """The drafts of this step (``reply.draft``, added to the reply's part of the batch):
