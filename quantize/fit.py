@@ -61,7 +61,7 @@ TYPES_256 = (T.Q2_K, T.Q3_K, T.IQ3_S, T.IQ4_XS, T.Q4_K, T.Q5_K, T.Q6_K)
 #: Tried only where an importance matrix covers the tensor (noise without one).
 TYPES_256_IMATRIX = (T.IQ2_XS, T.IQ2_S, T.IQ3_XXS)
 #: Rows of a tensor quantized to estimate its errors (spread evenly over the tensor).
-SAMPLE_ROWS = 256
+SAMPLE_ROWS = 128
 # The knapsack's size resolution: the budget in this many units.
 _RESOLUTION = 1 << 17
 #: Stock types a fitted file may be recorded as (not those made for special models).
@@ -424,11 +424,15 @@ def recipe_path(output: Path) -> Path:
 
 def fit_model(input, output: Path, target: Optional[FitTarget] = None, recipe: Optional[Recipe] = None,
               options=None, report: Optional[ProgressCallback] = None,
-              cancel: Optional[CancelToken] = None):
+              cancel: Optional[CancelToken] = None, activations: Optional[ImportanceMatrix] = None):
     """Fit a model to ``target`` (or apply ``recipe``) and write it, with its recipe beside it.
 
     Stages: "Activations" (the model run on QuantDesk's calibration text, when the input is
     a GGUF and no recipe is given), "Measuring", then the quantize job's own stages.
+
+    Args:
+        activations: Measured before (:func:`models.quality.runner.measure_activations`);
+            measured here when ``None``.
 
     Returns:
         :class:`~models.foundation.jobs.JobResult`: the GGUF, then its ``.recipe.json``.
@@ -451,7 +455,8 @@ def fit_model(input, output: Path, target: Optional[FitTarget] = None, recipe: O
         if recipe is None:
             problem = fit_problem(source, plan_options)
             check_target(problem, target, Path(source.description).name)
-            activations = _activations(source, report, cancel)
+            if activations is None:
+                activations = _activations(source, report, cancel)
             recipe = fit_recipe(source, target, plan_options, activations, options.threads, report, cancel).recipe
         quantize_target = recipe_target(source, recipe, output, plan_options)
         result = quantize_model(source, [quantize_target], options, report, cancel)
