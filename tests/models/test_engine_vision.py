@@ -4,7 +4,8 @@ Oracle: transformers on the same checkpoint (``vision_oracle``), with the prompt
 as llama-server lays it out. The engine's greedy reply must be transformers' greedy reply,
 token for token, with log-probabilities close enough that every preprocessing mistake in
 ``WRONG_PREPROCESSING`` (BGR, a flip, wrong mean/std, unscaled pixels) is told apart.
-Qwen2-VL and Qwen2.5-VL (M-RoPE positions) are checked the same way, on libmtmd's layout.
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL (M-RoPE positions) are checked the same way, on libmtmd's
+layout; SmolVLM (Idefics3, a picture cut into tiles) too.
 """
 
 from __future__ import annotations
@@ -297,13 +298,16 @@ def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
 
 
 # Largest |Δ log-probability| against transformers seen: 8e-5 (Qwen2-VL), 1.3e-3
-# (Qwen2.5-VL); the smallest a wrong preprocessing moved a token: 3.6e-3 (a flip), 4.8e-3 (BGR).
-@pytest.mark.parametrize("family, tolerance, apart", [("qwen2vl", 2.5e-4, 10), ("qwen2_5_vl", 2e-3, 2)])
+# (Qwen2.5-VL), 7.3e-4 (Qwen3-VL); the smallest a wrong preprocessing moved a token: 3.6e-3
+# (a flip), 4.8e-3 (BGR) for Qwen2.x, 0.29 (mean/std 0.5) for Qwen3-VL.
+@pytest.mark.parametrize("family, tolerance, apart", [("qwen2vl", 2.5e-4, 10), ("qwen2_5_vl", 2e-3, 2),
+                                                      ("qwen3vl", 2e-3, 10)])
 def test_m_rope_reply_about_an_image_equals_transformers(tmp_path, family, tolerance, apart):
-    """Qwen2-VL and Qwen2.5-VL end to end: the engine's greedy reply (through the chat
-    template, libmtmd's prompt layout and M-RoPE positions) is transformers' on the same
-    checkpoint, token for token; each preprocessing mistake moves some token's
-    log-probability more than ``apart`` times the tolerance."""
+    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL end to end: the engine's greedy reply (through the
+    chat template, libmtmd's prompt layout and M-RoPE positions; Qwen3-VL's interleaved
+    sections and deepstack slices) is transformers' on the same checkpoint, token for
+    token; each preprocessing mistake moves some token's log-probability more than
+    ``apart`` times the tolerance."""
     from models.engine.chat_template import render_chat
     from tests.models.mtmd_oracle import mtmd_greedy
 

@@ -101,8 +101,8 @@ class Gemma3Oracle:
 
 
 class Qwen2VLOracle:
-    """A tiny Qwen2-VL or Qwen2.5-VL image-text checkpoint in transformers, float32, eager
-    attention.
+    """A tiny Qwen2-VL, Qwen2.5-VL or Qwen3-VL image-text checkpoint in transformers,
+    float32, eager attention (Qwen3-VL's positions and patch order are Qwen2-VL's).
 
     The prompt is the one libmtmd builds (its text chunks' token ids, and each image chunk
     as that many ``image_token_id`` placeholders); positions follow M-RoPE as both define
@@ -121,7 +121,7 @@ class Qwen2VLOracle:
         self.config = json.loads((self.dir / "config.json").read_text())
         self.preprocessor = json.loads((self.dir / "preprocessor_config.json").read_text())
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.dir)
-        model_class = getattr(transformers, self.config["architectures"][0])  # Qwen2-VL or Qwen2.5-VL
+        model_class = getattr(transformers, self.config["architectures"][0])  # Qwen2-VL ... Qwen3-VL
         self.model = model_class.from_pretrained(self.dir, dtype=torch.float32, attn_implementation="eager").eval()
 
     def pixels(self, picture: np.ndarray, mistake: str | None = None) -> tuple:
