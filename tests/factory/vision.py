@@ -239,7 +239,7 @@ VISION_ARCHITECTURES: dict[str, VisionSpec] = {
     # Tiles of 64×64 pixels in 8×8 patches, folded 2×2 into 16 tokens per tile; a longest
     # edge of 128 pixels (up to 2×2 tiles and the whole image).
     "smolvlm": VisionSpec(
-        text_arch="smollm",
+        text_arch="smolvlm",
         hf_class="Idefics3ForConditionalGeneration",
         model_type="idefics3",
         vision_config={"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,
@@ -369,6 +369,8 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
         pieces = sentencepiece.SentencePieceProcessor(model_file=str(dest / "tokenizer.model"))
         boi, eoi, image = (pieces.piece_to_id(t) for t in GEMMA_IMAGE_SPECIALS)
         config.update(boi_token_index=boi, eoi_token_index=eoi, image_token_index=image)
+    if family == "smolvlm":
+        config["image_token_id"] = json.loads((dest / "tokenizer.json").read_text())["model"]["vocab"]["<image>"]
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     preprocessor = {**spec.preprocessor, **sizes.get("preprocessor", {})}
     (dest / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))

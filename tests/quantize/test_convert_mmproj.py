@@ -77,7 +77,7 @@ def test_smolvlm_text_model_is_its_llama(checkpoints, tmp_path):
     same weights in a plain LlamaForCausalLM checkpoint)."""
     from tests.factory.checkpoints import write_tiny_checkpoint
 
-    plain = write_tiny_checkpoint(tmp_path / "plain", arch="smollm", dtype="bfloat16")
+    plain = write_tiny_checkpoint(tmp_path / "plain", arch="smolvlm", dtype="bfloat16")
     a = convert(plain.path, tmp_path / "a.gguf", "bf16")
     b = convert(checkpoints["smolvlm", "bfloat16"].path, tmp_path / "b.gguf", "bf16")
     fields = {f.name: f.contents() for f in GGUFReader(b).fields.values()}
