@@ -110,7 +110,8 @@ def _run_fit(args: argparse.Namespace) -> int:
     """``--target-size``/``--target-bpw``: choose each tensor's type for that size;
     ``--recipe``: write a fitted file again from its recipe."""
     from app.core.console import run_job
-    from quantize.fit import FitTarget, check_target, fit_bounds, fit_model, fit_problem, recipe_path
+    from quantize.fit import FitTarget, check_target, fit_bounds, fit_problem
+    from quantize.fit_job import fit_model, recipe_path
     from quantize.imatrix import load_imatrix
     from quantize.job import QuantizeOptions, open_source
     from quantize.plan import format_size

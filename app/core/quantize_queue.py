@@ -321,7 +321,8 @@ def run_quantize(request: QuantizeRequest, report: Optional[ProgressCallback] = 
         made = make_imatrix(request.input, request.imatrix_from, report, cancel)
         options = dataclasses.replace(options, imatrix=made.path)
     if request.fit_size:
-        from quantize.fit import FitTarget, fit_model
+        from quantize.fit import FitTarget
+        from quantize.fit_job import fit_model
 
         fitted = fit_model(request.input, request.fit_path(), FitTarget(file_size=request.fit_size), options=options,
                            report=report, cancel=cancel)

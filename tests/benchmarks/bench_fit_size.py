@@ -86,7 +86,8 @@ def main() -> int:
     from app.core.quantize_queue import offered_types
     from models.quality.runner import MeasureOptions, generate_imatrix, measure_activations
     from models.quality.text import builtin_text
-    from quantize.fit import ACTIVATION_CHUNKS, FitTarget, fit_model
+    from quantize.fit import FitTarget
+    from quantize.fit_job import ACTIVATION_CHUNKS, fit_model
     from quantize.ftypes import FILE_TYPES
     from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
 

@@ -11,7 +11,8 @@ from quantize.ggml_types import GGMLQuantizationType as T
 from app.cli import main
 from models.foundation.errors import Cancelled, QuantDeskError
 from models.foundation.jobs import CancelToken
-from quantize.fit import FitTarget, choose_types, fit_bounds, fit_model, fit_problem
+from quantize.fit import FitTarget, choose_types, fit_bounds, fit_problem
+from quantize.fit_job import fit_model
 from quantize.gguf_layout import read_gguf_layout
 from quantize.gguf_source import GGUFSource
 from quantize.recipe import RECIPE_KEY, load_recipe, parse_size
