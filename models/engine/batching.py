@@ -633,7 +633,7 @@ class BatchScheduler:
                 return
             slot.tokens.extend(reply.prompt[span.start:span.start + span.n_tokens])
             reply.next_prompt = span.start + span.n_tokens
-            reply.stats.images_encoded += 1
+            reply.stats.images_encoded += span.last  # a tiled picture counts once, when whole
             reply.stats.image_encode_seconds += encode
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
