@@ -28,7 +28,7 @@ machine). A reply whose drafts do not pay is not drafted at all: it still looks 
 now and then (after a rest that doubles, up to :data:`LONGEST_REST` steps) and *watches*
 it — compares it with the tokens it then picks — so its acceptance keeps being learnt at no
 cost to the step, and a reply that starts copying later is noticed. A match needs at least
-:data:`MIN_NGRAM` tokens: a single repeated token ("the", a comma) predicts what follows
+:data:`MIN_NGRAM` tokens: a few repeated tokens ("of the", a comma) predict what follows
 too poorly.
 
 Drafts never change the reply: a draft token counts only while the reply's own pick
@@ -45,10 +45,15 @@ import numpy as np
 
 from models.engine.prompt_lookup import find_draft
 
-# The shortest tail that is looked up.
-MIN_NGRAM = 2
-# A new reply's acceptance before it has drafted (optimistic, so that it tries).
-FIRST_ACCEPTANCE = 0.7
+# The shortest tail that is looked up (unless the request asks for shorter ones only).
+# Looking up long tails first and no shorter than 4 tokens keeps the drafts that are
+# likely right: returning 1,000–1,300-token files with a rename, SmolLM2's tokens, 97 %
+# of the drafted tokens were right (79 % with tails of 3 and 2), in fewer passes, and in
+# prose a quarter as many drafts were proposed (all mostly wrong).
+MIN_NGRAM = 4
+# A new reply's acceptance before it has drafted or watched a draft: middling, so that a
+# reply drafts at once only where tokens are cheap, and elsewhere watches first.
+FIRST_ACCEPTANCE = 0.5
 # How much of the acceptance estimate one draft's outcome replaces.
 ACCEPTANCE_WEIGHT = 0.3
 # The cost of one more token in a step before any step was measured.
@@ -214,7 +219,8 @@ class LookupDrafter:
 
     def __init__(self, max_length: int, max_ngram: int, capacity: int, cost: StepCost) -> None:
         self.max_length = max_length
-        self.max_ngram = max(max_ngram, MIN_NGRAM)
+        self.max_ngram = max_ngram
+        self.min_ngram = min(MIN_NGRAM, max_ngram)
         self.cost = cost
         self.acceptance = FIRST_ACCEPTANCE
         self._history = np.zeros(capacity + max_length + 2, dtype=np.intc)
@@ -254,7 +260,7 @@ class LookupDrafter:
             history[self._known:len(tokens)] = tokens[self._known:]
             self._known = len(tokens)
         history[len(tokens):end] = pending
-        return find_draft(history[:end], self.max_ngram, limit, MIN_NGRAM)
+        return find_draft(history[:end], self.max_ngram, limit, self.min_ngram)
 
     def watch(self, draft: list[int]) -> None:
         """Compare ``draft`` with the tokens picked next (unless one is being compared)."""

@@ -139,9 +139,9 @@ def test_drafts_follow_acceptance_and_are_watched_when_they_do_not_pay():
 
     cost = StepCost()
     cost.extra = 0.3
-    drafter = LookupDrafter(max_length=8, max_ngram=3, capacity=100, cost=cost)
+    drafter = LookupDrafter(max_length=8, max_ngram=2, capacity=100, cost=cost)
     copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]  # optimistic at first
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]  # hopeful at first
     assert drafter.propose(copy, [1, 2], room=3) == copy[2:5]  # never past the room
     assert drafter.propose(copy, [12, 1], room=50) == []  # a single token is no match
     for _ in range(8):
