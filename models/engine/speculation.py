@@ -58,6 +58,11 @@ FIRST_ACCEPTANCE = 0.5
 ACCEPTANCE_WEIGHT = 0.3
 # The cost of one more token in a step before any step was measured.
 FIRST_EXTRA_COST = 0.1
+# Per step the fit cannot update (its recent steps all of one shape: nothing drafted), the
+# share of the way its ratio goes back towards the first guess's, so that drafting resumes
+# now and then and is measured again: else one unlucky measurement of a slow step would
+# stop a reply alone from ever drafting again.
+RELAX = 0.02
 # A plan must promise this many times the tokens per unit of time of plain decoding.
 MIN_GAIN = 1.05
 # The longest rest (steps) between two looks of a reply whose drafts do not pay.
@@ -133,7 +138,9 @@ class StepCost:
         self._sums += (1.0, u * u, u * t, t * t, u * seconds, t * seconds)
         weight, uu, ut, tt, uy, ty = self._sums
         det = uu * tt - ut * ut
-        if weight < 8 or det < 0.05 * uu * tt:  # too few steps of differing shapes yet
+        if weight < 8 or det < 0.05 * uu * tt:  # too few steps of differing shapes lately
+            first = FIRST_EXTRA_COST / (1.0 - FIRST_EXTRA_COST)
+            self.ratio = float(np.exp(np.log(self.ratio) + RELAX * np.log(first / self.ratio)))
             return
         fixed = (uy * tt - ty * ut) / det
         per_token = (uu * ty - ut * uy) / det

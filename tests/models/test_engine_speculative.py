@@ -103,6 +103,9 @@ def test_step_cost_is_fitted_from_step_times(monkeypatch):
         for sizes in ([1], [3], [2, 2]):
             cost.add(sizes, 0.020 * (len(sizes) + sum(sizes)))
     assert cost.ratio == pytest.approx(1.0, rel=0.05)
+    for _ in range(400):  # nothing drafted for long: back towards the first guess, to retry
+        cost.add([1], 0.040)
+    assert cost.extra < 0.2
 
 
 def test_draft_length_pays_for_itself():
