@@ -135,6 +135,15 @@ def _run_fit(args: argparse.Namespace) -> int:
         recipe = load_recipe(Path(args.recipe))
         name = "fit"
     output = Path(args.output) if args.output else default_output(input_path, name)
+    make_matrix = (args.imatrix or "").lower() == "make" and not args.dry_run
+    if make_matrix:  # the best result: the model's importance matrix, made (or reused) first
+        from app.core.quality_checks import MeasureSettings, make_imatrix
+        from quantize.fit_job import ACTIVATION_CHUNKS
+
+        made = run_job(lambda report, cancel: make_imatrix(input_path, MeasureSettings(None, 512, ACTIVATION_CHUNKS),
+                                                           report, cancel))
+        print(f"Importance matrix: {made.path}{' (made before, reused)' if made.reused else ''}")
+        args.imatrix = str(made.path)
     options = QuantizeOptions(imatrix=args.imatrix, threads=args.threads)
     source = open_source(input_path)
     try:
@@ -207,7 +216,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--recipe", metavar="FILE",
                         help="write a fitted file again from its .recipe.json (or from the fitted GGUF itself)")
     parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")
-    parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat)")
+    parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat); with "
+                                          "--target-size, 'make' makes one first from the built-in text (the best result)")
     parser.add_argument("--pure", action="store_true", help="no k-quant mixture: every weight in the default type")
     parser.add_argument("--output-tensor-type", help="type of output.weight, e.g. Q8_0")
     parser.add_argument("--token-embedding-type", help="type of token_embd.weight, e.g. Q8_0")

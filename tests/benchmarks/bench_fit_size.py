@@ -79,6 +79,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", default="Q3_K_M,Q4_K_M,Q5_K_M", help="stock types whose sizes are the targets")
     parser.add_argument("--modes", default="none,imatrix", help="none (no importance matrix), imatrix, or both")
+    parser.add_argument("--calibration-chunks", type=int, default=None,
+                        help="chunks of 512 tokens of the calibration text for the activations and the importance "
+                             "matrix (default: the fit's own, quantize.fit_job.ACTIVATION_CHUNKS)")
     parser.add_argument("--work", type=Path, help="folder for the files (default: a temporary one)")
     args = parser.parse_args()
 
@@ -111,16 +114,18 @@ def main() -> int:
     size_names = [s.strip() for s in args.sizes.split(",") if s.strip()]
     rows = []
     start = time.perf_counter()
-    activations = measure_activations(args.model, builtin_text(), MeasureOptions(chunks=ACTIVATION_CHUNKS,
+    calibration = args.calibration_chunks or ACTIVATION_CHUNKS
+    activations = measure_activations(args.model, builtin_text(), MeasureOptions(chunks=calibration,
                                                                                  flash_attn="off"))
-    print(f"activations on the calibration text ({ACTIVATION_CHUNKS} chunks of 512), once for every fit: "
+    print(f"activations on the calibration text ({calibration} chunks of 512), once for every fit: "
           f"{time.perf_counter() - start:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True)
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
         imatrix = None
         if mode == "imatrix":
             imatrix = work / "imatrix.gguf"
             if not imatrix.exists():
-                generate_imatrix(args.model, builtin_text(), imatrix, MeasureOptions(chunks=16, flash_attn="off"))
+                generate_imatrix(args.model, builtin_text(), imatrix, MeasureOptions(chunks=calibration,
+                                                                                     flash_attn="off"))
         folder = work / mode
         folder.mkdir(exist_ok=True)
         names = [n for n in offered_types() if FILE_TYPES[n].is_quantized and n not in ("TQ1_0", "TQ2_0", "MXFP4_MOE")
@@ -157,6 +162,7 @@ def main() -> int:
                    "kld_change": change, "fit_seconds": fit_time, "stock_seconds_per_type": stock_time / len(names),
                    "load": load}
             rows.append(row)
+            (work / "results.json").write_text(json.dumps(rows, indent=1))  # kept if the run is stopped
             print(f"[{mode}] fit to {s} ({stock[s]:,} B): {row['fit_size']:,} B  KLD {q['kld']:.5f}  same top "
                   f"{q['same_top']:.2f} %  PPL {q['ppl']:.3f} | best stock ≤ size: {best} KLD "
                   f"{candidates[best]['kld']:.5f} -> {100 * change:+.1f} % | fit {fit_time:.0f} s, load {load:.1f}",

@@ -118,3 +118,4 @@ def test_cancel_leaves_nothing(tiny, tmp_path):
         fit_model(tiny, tmp_path / "c.gguf", FitTarget(file_size=(low + high) // 2), report=report, cancel=token)
     assert "Activations" in seen
     assert list(tmp_path.iterdir()) == []
+
