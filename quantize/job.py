@@ -38,6 +38,7 @@ from quantize.gguf_output import write_ggufs
 from quantize.gguf_source import GGUFSource
 from quantize.imatrix import ImportanceMatrix, load_imatrix
 from quantize.plan import PlanOptions, QuantPlan, plan_quantization
+from quantize.recipe import Recipe
 from quantize.source import SourceTensor, StoredBytes, TensorSource
 from quantize.type_rules import TypeOverrides, ggml_ne
 
@@ -62,10 +63,18 @@ _STORED_AS = {np.dtype(np.float16): T.F16, np.dtype(np.uint16): T.BF16, np.dtype
 
 @dataclass(frozen=True)
 class QuantizeTarget:
-    """One output: a file type and where to write it."""
+    """One output: a file type and where to write it.
+
+    Attributes:
+        file_type: The stock recipe, or, with ``recipe``, the stock type the file is
+            recorded as (:func:`quantize.fit.nearest_file_type`).
+        path: The output file.
+        recipe: Each tensor's type, chosen for a target size (:mod:`quantize.fit`).
+    """
 
     file_type: FileType
     path: Path
+    recipe: Optional[Recipe] = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,8 @@ def plan_targets(source: TensorSource, targets: Sequence[QuantizeTarget], option
     """Plan every target (reads metadata and tensor shapes once, no weights)."""
     metadata, tensors = list(source.metadata()), source.tensors()
     plan_options = options.plan_options(imatrix)
-    return [plan_quantization(source, t.file_type, plan_options, metadata, tensors) for t in targets]
+    return [plan_quantization(source, t.file_type, dataclasses.replace(plan_options, recipe=t.recipe),
+                              metadata, tensors) for t in targets]
 
 
 def check_imatrix(plans: Sequence[QuantPlan], imatrix: Optional[ImportanceMatrix]) -> None:

@@ -32,8 +32,10 @@ from quantize.encode import tensor_bytes
 from quantize.ftypes import QUANTIZATION_VERSION, FileType
 from quantize.gguf_output import GGUFOutput, PlannedTensor, planned_file_size, planned_header
 from quantize.imatrix import ImportanceMatrix
+from quantize.recipe import Recipe, recipe_metadata
 from quantize.source import MetadataEntry, SourceTensor, TensorSource
-from quantize.type_rules import ModelHParams, TensorTypeChooser, TypeOverrides, layer_index
+from quantize.type_rules import (ModelHParams, TensorTypeChooser, TypeOverrides, allows_quantization,
+                                 block_size, layer_index)
 
 _DROPPED_KEYS = {"general.quantization_version", "general.file_type",
                  "split.no", "split.count", "split.tensors.count"}
@@ -47,6 +49,9 @@ class PlanOptions:
     #: The imatrix and the path as the user gave it (recorded in the file), or ``None``.
     imatrix: Optional[ImportanceMatrix] = None
     imatrix_given_path: str = ""
+    #: Each tensor's type chosen for a target size (:mod:`quantize.fit`) instead of the
+    #: file type's rules; the file type then only names the file (``general.file_type``).
+    recipe: Optional[Recipe] = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class QuantPlan:
         fallbacks: ``(tensor, wanted, used)`` where a row width forced another type.
         needs_imatrix: Tensors whose type requires an importance matrix (the grid i-quants,
             Q2_K in Q2_K_S).
+        fitted: Whether the types come from a recipe (a file fitted to a size).
     """
 
     file_type: FileType
@@ -71,6 +77,7 @@ class QuantPlan:
     alignment: int
     fallbacks: tuple[tuple[str, T, T], ...]
     needs_imatrix: tuple[str, ...]
+    fitted: bool = False
 
     @property
     def tensor_bytes(self) -> int:
@@ -106,7 +113,8 @@ class QuantPlan:
     def summary(self) -> str:
         """One line for people: type, size, bits per weight, tensor types."""
         counts = ", ".join(f"{n} {name}" for name, n in self.type_counts().items())
-        return (f"{self.file_type.name}: {format_size(self.file_size)} "
+        name = f"Fitted (recorded as {self.file_type.name})" if self.fitted else self.file_type.name
+        return (f"{name}: {format_size(self.file_size)} "
                 f"({self.bits_per_weight:.2f} bits per weight; tensors: {counts})")
 
 
@@ -185,6 +193,27 @@ def output_metadata(source_metadata: Sequence[MetadataEntry], file_type: FileTyp
     return tuple(kept)
 
 
+def _recipe_type(recipe: Recipe, t: SourceTensor, arch: str) -> T:
+    """``t``'s type in ``recipe``; its stored type when llama.cpp never quantizes it.
+
+    Raises:
+        QuantDeskError: the recipe lacks a quantized tensor, or gives a type its rows do
+            not allow or QuantDesk cannot write.
+    """
+    from quantize.ftypes import WRITABLE_TYPES
+
+    if not allows_quantization(t.name, t.shape, arch):
+        return t.stored_type
+    qtype = recipe.type_of(t.name)
+    if qtype is None:
+        raise QuantDeskError(f"The recipe gives no type for the tensor {t.name}.",
+                             "Use the recipe with the model it was made for.")
+    if qtype not in WRITABLE_TYPES or t.n_per_row % block_size(qtype):
+        raise QuantDeskError(f"The recipe gives {t.name} the type {qtype.name}, which its rows of "
+                             f"{t.n_per_row} values cannot hold.", "Use the recipe with the model it was made for.")
+    return qtype
+
+
 def _alignment(metadata: Sequence[MetadataEntry]) -> int:
     for e in metadata:
         if e.key == "general.alignment":
@@ -200,12 +229,13 @@ def _alignment(metadata: Sequence[MetadataEntry]) -> int:
 IMATRIX_REQUIRED_TYPES = frozenset({T.IQ3_XXS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ1_M, T.IQ1_S})
 
 
-def _requires_imatrix(name: str, qtype: T, file_type: FileType) -> bool:
+def _requires_imatrix(name: str, qtype: T, file_type: Optional[FileType]) -> bool:
     # tensor_requires_imatrix: the 1- to 3-bit grid types, and Q2_K inside Q2_K_S; never
     # the token embedding or the output head.
     if name in ("token_embd.weight", "per_layer_token_embd.weight", "output.weight"):
         return False
-    return qtype in IMATRIX_REQUIRED_TYPES or (qtype == T.Q2_K and file_type.name == "Q2_K_S")
+    return qtype in IMATRIX_REQUIRED_TYPES or (qtype == T.Q2_K and file_type is not None
+                                               and file_type.name == "Q2_K_S")
 
 
 def plan_quantization(source: TensorSource, file_type: FileType,
@@ -231,12 +261,23 @@ def plan_quantization(source: TensorSource, file_type: FileType,
         has_imatrix=options.imatrix is not None,
     )
     planned, needs_imatrix = [], []
+    recipe = options.recipe
+    if recipe is not None:
+        unknown = set(recipe.types) - {t.name for t in ordered}
+        if unknown:
+            raise QuantDeskError(f"The recipe names {len(unknown)} tensors the model lacks, such as "
+                                 f"{sorted(unknown)[0]}.", "Use the recipe with the model it was made for.")
     for t in ordered:
-        qtype = chooser.choose(t.name, t.shape, t.stored_type)
+        if recipe is not None:
+            qtype = _recipe_type(recipe, t, source.arch)
+        else:
+            qtype = chooser.choose(t.name, t.shape, t.stored_type)
         written = dataclasses.replace(t, shape=ggml_written_shape(t.shape))
         planned.append(PlannedTensor(written, qtype))
-        if qtype != t.stored_type and _requires_imatrix(t.name, qtype, file_type):
+        if qtype != t.stored_type and _requires_imatrix(t.name, qtype, None if recipe else file_type):
             needs_imatrix.append(t.name)
     out_meta = output_metadata(metadata, file_type, options)
+    if recipe is not None:
+        out_meta += (recipe_metadata([p.qtype for p in planned]),)
     return QuantPlan(file_type, source.arch, out_meta, tuple(planned), _alignment(out_meta),
-                     tuple(chooser.fallbacks), tuple(needs_imatrix))
+                     tuple(chooser.fallbacks), tuple(needs_imatrix), fitted=recipe is not None)

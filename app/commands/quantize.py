@@ -42,6 +42,11 @@ def output_paths(input_path: Path, type_names: list[str], output: str | None) ->
 def run(args: argparse.Namespace) -> int:
     from quantize import kernel_loader
 
+    if args.target_size or args.target_bpw is not None or args.recipe:
+        return _run_fit(args)
+    if not args.type:
+        raise QuantDeskError("No quantization type was chosen.",
+                             "Give one with --type (e.g. Q4_K_M), or a size with --target-size (e.g. 3.5GB).")
     if args.dry_run:
         return _run(args)
     # First: numba and the kernels load on their own thread while the rest is imported
@@ -101,6 +106,69 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_fit(args: argparse.Namespace) -> int:
+    """``--target-size``/``--target-bpw``: choose each tensor's type for that size;
+    ``--recipe``: write a fitted file again from its recipe."""
+    from app.core.console import run_job
+    from quantize.fit import FitTarget, check_target, fit_bounds, fit_problem
+    from quantize.fit_job import fit_model, recipe_path
+    from quantize.imatrix import load_imatrix
+    from quantize.job import QuantizeOptions, open_source
+    from quantize.plan import format_size
+    from quantize.recipe import format_target, load_recipe, parse_size
+
+    if args.type:
+        raise QuantDeskError("--type and a fit (--target-size, --target-bpw, --recipe) cannot be combined.",
+                             "Give one of them.")
+    if sum(bool(x) for x in (args.target_size, args.target_bpw is not None, args.recipe)) > 1:
+        raise QuantDeskError("Give only one of --target-size, --target-bpw and --recipe.",
+                             "A recipe already fixes every tensor's type, and so the size.")
+    input_path = Path(args.input)
+    target = recipe = None
+    if args.target_size:
+        target = FitTarget(file_size=parse_size(args.target_size))
+        name = f"fit-{format_target(target.file_size)}"
+    elif args.target_bpw is not None:
+        target = FitTarget(bits_per_weight=args.target_bpw)
+        name = f"fit-{args.target_bpw:g}bpw"
+    else:
+        recipe = load_recipe(Path(args.recipe))
+        name = "fit"
+    output = Path(args.output) if args.output else default_output(input_path, name)
+    make_matrix = (args.imatrix or "").lower() == "make" and not args.dry_run
+    if make_matrix:  # the best result: the model's importance matrix, made (or reused) first
+        from app.core.quality_checks import MeasureSettings, make_imatrix
+        from quantize.fit_job import ACTIVATION_CHUNKS
+
+        made = run_job(lambda report, cancel: make_imatrix(input_path, MeasureSettings(None, 512, ACTIVATION_CHUNKS),
+                                                           report, cancel))
+        print(f"Importance matrix: {made.path}{' (made before, reused)' if made.reused else ''}")
+        args.imatrix = str(made.path)
+    options = QuantizeOptions(imatrix=args.imatrix, threads=args.threads)
+    source = open_source(input_path)
+    try:
+        if target is not None:
+            imatrix = load_imatrix(Path(args.imatrix)) if args.imatrix else None
+            problem = fit_problem(source, options.plan_options(imatrix))
+            smallest, largest = fit_bounds(problem)
+            print(f"Fitting {source.description} to {target.describe()}: files from {format_size(smallest)} "
+                  f"to {format_size(largest)} can be made")
+            check_target(problem, target, input_path.name)
+        print(f"      -> {output} (recipe: {recipe_path(output).name})")
+        if args.dry_run:
+            return 0
+        result = run_job(lambda report, cancel: fit_model(source, output, target, recipe, options, report, cancel))
+    finally:
+        getattr(source, "close", lambda: None)()
+    print(result.summary)
+    from models.library import Library
+
+    gguf, saved_recipe = result.outputs[0], result.outputs[-1]
+    print(f"Wrote {gguf} ({format_size(gguf.stat().st_size)}) and its recipe {saved_recipe}")
+    Library().record_output(gguf, "quantized")
+    return 0
+
+
 def _list_types(input_path: Path, args: argparse.Namespace) -> int:
     """``--type list``: every type this model can be quantized to, largest first (each
     i-quant beside the k-quants of its size), with its exact file size; nothing is written."""
@@ -137,11 +205,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "quantize", help="quantize a GGUF or Hugging Face folder to Q4_K_M, Q8_0, ... (llama-quantize's types)",
         description="Quantize a model exactly as llama-quantize does. Types: " + ", ".join(FILE_TYPES) + ".")
     parser.add_argument("input", help="an F32/F16/BF16 GGUF file or a Hugging Face safetensors folder")
-    parser.add_argument("--type", required=True,
+    parser.add_argument("--type",
                         help="one or more types, comma-separated, e.g. Q4_K_M,Q6_K; 'list' prints every type "
                              "with its exact size for this model")
+    parser.add_argument("--target-size", metavar="SIZE",
+                        help="instead of a type: the least loss that fits this size, each tensor's type chosen "
+                             "by measurement (bytes, or 3.5GB, 900MiB)")
+    parser.add_argument("--target-bpw", type=float, metavar="BPW",
+                        help="instead of a type: the least loss within this many bits per weight")
+    parser.add_argument("--recipe", metavar="FILE",
+                        help="write a fitted file again from its .recipe.json (or from the fitted GGUF itself)")
     parser.add_argument("-o", "--output", help="output file (one type), or folder / name with {type} (several)")
-    parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat)")
+    parser.add_argument("--imatrix", help="importance matrix from llama-imatrix (GGUF or legacy .dat); with "
+                                          "--target-size, 'make' makes one first from the built-in text (the best result)")
     parser.add_argument("--pure", action="store_true", help="no k-quant mixture: every weight in the default type")
     parser.add_argument("--output-tensor-type", help="type of output.weight, e.g. Q8_0")
     parser.add_argument("--token-embedding-type", help="type of token_embd.weight, e.g. Q8_0")

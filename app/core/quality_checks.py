@@ -198,7 +198,10 @@ def _row(path: Path, record: Any) -> Optional[QualityRow]:
     elements = sum(t.n_elements for t in header.tensors)
     bits = 8.0 * sum(t.n_bytes for t in header.tensors) / elements if elements else 0.0
     file_type = header.metadata.get("general.file_type")
-    return QualityRow(path, quant_name(file_type) or path.stem, path.stat().st_size, bits,
+    name = quant_name(file_type) or path.stem
+    if header.metadata.get("quantdesk.recipe.tensor_types") is not None:  # fitted to a size
+        name = f"fit {path.stat().st_size / 2**20:.1f} MiB"
+    return QualityRow(path, name, path.stat().st_size, bits,
                       str(header.metadata.get("quantize.imatrix.file") or ""), record.stats, record.settings)
 
 

@@ -114,9 +114,22 @@ class QuantizeInput:
     current_type: str
     tokenizer: str
     rows: tuple[TypeRow, ...]
+    #: The smallest and largest file a fit to size can write (``None`` when none can be).
+    fit_range: Optional[tuple[int, int]] = None
 
     def row(self, name: str) -> TypeRow:
         return next(r for r in self.rows if r.name == name)
+
+    def memory_verdict(self, size: int) -> tuple[Optional[str], str]:
+        """Whether a file of ``size`` bytes fits this computer: the verdict of the largest
+        stock type no larger (its tensors are what the memory estimate reads; a fitted
+        file of about its size needs about as much), else of the smallest."""
+        known = sorted((r for r in self.rows if r.fit is not None), key=lambda r: r.file_size)
+        if not known:
+            return None, ""
+        below = [r for r in known if r.file_size <= size]
+        row = below[-1] if below else known[0]
+        return row.fit, f"as {row.name} ({row.text.split(' ', 1)[1]}): {row.fit_reason}"
 
 
 def _folder_of(path: Path) -> Path:
@@ -231,6 +244,12 @@ def inspect_input(path: Path, options: Any = None, load_settings: Optional[dict]
             rows.append(TypeRow(name, plan.file_size, plan.bits_per_weight,
                                 bool(plan.needs_imatrix), fit, reason))
         entries = {e.key: e.value for e in metadata}
+        from quantize.fit import fit_bounds, fit_problem
+
+        try:
+            fit_range = fit_bounds(fit_problem(source, plan_options, metadata, tensors))
+        except QuantDeskError:  # a model no recipe can describe: the stock types only
+            fit_range = None
         return QuantizeInput(
             path=path,
             description=source.description,
@@ -239,6 +258,7 @@ def inspect_input(path: Path, options: Any = None, load_settings: Optional[dict]
             current_type=_current_type(source, metadata),
             tokenizer=str(entries.get("tokenizer.ggml.model", "none")),
             rows=tuple(rows),
+            fit_range=fit_range,
         )
     finally:
         getattr(source, "close", lambda: None)()
@@ -256,6 +276,21 @@ class QuantizeRequest:
     #: Make (or reuse) the input's importance matrix on this text first and quantize with
     #: it (:func:`app.core.quality_checks.make_imatrix`); ``None``: ``options.imatrix`` as given.
     imatrix_from: Any = None  # app.core.quality_checks.MeasureSettings
+    #: Instead of ``types``: a file of at most this many bytes, each tensor's type chosen
+    #: by measurement (:func:`quantize.fit.fit_model`).
+    fit_size: Optional[int] = None
+
+    def fit_path(self) -> Path:
+        """The fitted file's name: the pattern with ``fit-1.2GB`` as its type."""
+        from quantize.recipe import format_target
+
+        return output_path(self.input, f"fit-{format_target(self.fit_size)}", self.folder, self.pattern)
+
+    def describe(self) -> str:
+        """What the job makes, for progress lines: ``"Q4_K_M, Q6_K"`` or ``"a fit to 1.2GB"``."""
+        from quantize.recipe import format_target
+
+        return f"a fit to {format_target(self.fit_size)}" if self.fit_size else ", ".join(self.types)
 
     def targets(self) -> list:
         """:class:`~quantize.job.QuantizeTarget` for each type, named by :func:`output_path`."""
@@ -285,7 +320,16 @@ def run_quantize(request: QuantizeRequest, report: Optional[ProgressCallback] = 
 
         made = make_imatrix(request.input, request.imatrix_from, report, cancel)
         options = dataclasses.replace(options, imatrix=made.path)
-    result = quantize_model(request.input, request.targets(), options, report, cancel)
+    if request.fit_size:
+        from quantize.fit import FitTarget
+        from quantize.fit_job import fit_model
+
+        fitted = fit_model(request.input, request.fit_path(), FitTarget(file_size=request.fit_size), options=options,
+                           report=report, cancel=cancel)
+        gguf, recipe = fitted.outputs[0], fitted.outputs[-1]
+        result = JobResult(outputs=[gguf], summary=f"{fitted.summary}\nRecipe: {recipe}")
+    else:
+        result = quantize_model(request.input, request.targets(), options, report, cancel)
     library = library or Library()
     for path in result.outputs:
         library.record_output(path, "quantized")

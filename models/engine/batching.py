@@ -31,7 +31,11 @@ logits only for the last. Every finished reply is validated.
 
 Speculation. A generating reply may add a draft after its chosen tokens: prompt lookup's
 guess of what comes next (``speculation.py``, adaptive per reply, cut where a grammar
-refuses a token), with logits at every position. After the step's decode its sampler picks
+refuses a token), with logits at every position; which replies' drafts go in, and how
+long, is planned for the step as a whole, since a draft of one reply can cost the others a
+second pass (``speculation.plan_drafts``). The batch holds the sequences in order of their
+ids, and an idle slot between two busy ones gets a filler token (removed after the decode)
+when that saves a pass (``_fillers``). After the step's decode its sampler picks
 from those rows in turn and keeps the draft while the picks equal it, so the reply is what
 plain decoding gives; the cells of rejected draft tokens leave the slot's cache at once
 (``llama_memory_seq_rm``), and the slot's tokens are always exactly its cache.
@@ -71,7 +75,7 @@ from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
-from models.engine.speculation import LookupDrafter, StepCost
+from models.engine.speculation import LookupDrafter, StepCost, plan_drafts, ubatch_sizes
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import position_after
 from models.foundation.errors import QuantDeskError
@@ -203,6 +207,9 @@ class BatchScheduler:
         # What a step's tokens cost, measured on the steps that read no prompt: how long
         # the replies' drafts may be (speculation.py).
         self.step_cost = StepCost()
+        # One KV stream per slot: llama.cpp splits a batch into micro-batches of equal
+        # tokens per sequence (speculation.ubatch_sizes).
+        self.split_equal = model.parallel > 1
 
     def _position(self, slot: Slot, count: Optional[int] = None) -> int:
         """The KV position after the first ``count`` of ``slot``'s tokens (all of them by
@@ -517,45 +524,68 @@ class BatchScheduler:
         active = [s.reply for s in self.slots if s.reply is not None]
         if not active:
             return
-        batch, n, rows = self.batch, 0, []
-        generating = sum(not reply.reading_prompt for reply in active)
-        for reply in active:  # generating replies first: their chosen tokens and drafts
+        # What each reply puts in the batch: generating ones their chosen tokens (and a
+        # draft, planned for the whole step), then prompts, as much as fits.
+        for reply in active:
             reply.draft = []
-            if not reply.reading_prompt and n < self.capacity:
-                count = min(len(reply.pending), self.capacity - n)
-                start, seq = self._position(reply.slot), reply.slot.seq_id
-                for i in range(count):
-                    self._put(n + i, reply.pending[i], start + i, seq, i == len(reply.pending) - 1)
-                if count == len(reply.pending) and reply.drafter is not None:
-                    reply.draft = self._draft(reply, self.capacity - n - count, generating)
-                    for i, token in enumerate(reply.draft):
-                        self._put(n + count + i, token, start + count + i, seq, True)
-                rows.append((reply, n + count - 1, count))
-                n += count + len(reply.draft)
-        for reply in active:  # then prompts, as much as fits
-            if reply.reading_prompt and n < self.capacity:
+        space = self.capacity
+        parts: dict[int, tuple[Reply, list[int], int]] = {}  # seq → reply, tokens, logits from
+        generating = [r for r in active if not r.reading_prompt]
+        for reply in generating:
+            count = min(len(reply.pending), space)
+            if count:
+                parts[reply.slot.seq_id] = (reply, reply.pending[:count],
+                                            len(reply.pending) - 1)
+                space -= count
+        self._plan_drafts(parts, space)
+        space = self.capacity - sum(len(tokens) for _, tokens, _ in parts.values())
+        for reply in active:
+            if reply.reading_prompt and space > 0:
                 end = len(reply.prompt)
                 if reply.images is not None:  # text up to the next image, read on its own
                     end = reply.images.next_image(reply.next_prompt) or end
                 if end == reply.next_prompt:
                     continue  # an image that failed or was cancelled this step
-                count = min(end - reply.next_prompt, self.capacity - n)
-                start = self._position(reply.slot)
-                for i in range(count):
-                    last = reply.next_prompt + i == len(reply.prompt) - 1
-                    self._put(n + i, reply.prompt[reply.next_prompt + i], start + i,
-                              reply.slot.seq_id, last)
-                rows.append((reply, n + count - 1, count))
-                n += count
+                count = min(end - reply.next_prompt, space)
+                last = len(reply.prompt) - 1 - reply.next_prompt  # its index, if in this part
+                parts[reply.slot.seq_id] = (reply, reply.prompt[reply.next_prompt:
+                                                                reply.next_prompt + count], last)
+                space -= count
+        # In the order of the sequences: llama.cpp's micro-batches take consecutive ones.
+        fillers = self._fillers(parts, space)
+        batch, n, rows, counts = self.batch, 0, [], []
+        for seq in sorted([*parts, *fillers]):
+            if seq in fillers:
+                slot = self.slots[seq]
+                self._put(n, slot.tokens[-1] if slot.tokens else 0, fillers[seq], seq, False)
+                counts.append((seq, 1))
+                n += 1
+                continue
+            reply, tokens, logits_from = parts[seq]
+            start = self._position(reply.slot)
+            for i, token in enumerate(tokens):
+                self._put(n + i, token, start + i, seq, i >= logits_from)
+            count = len(tokens) - len(reply.draft) if not reply.reading_prompt else len(tokens)
+            rows.append((reply, n + count - 1, count))
+            counts.append((seq, len(tokens)))
+            n += len(tokens)
         batch.n_tokens = n
+        reading = any(reply.reading_prompt for reply, _, _ in rows)
         decoding = time.perf_counter()
-        code = llama_cpp.llama_decode(self.ctx, batch)
+        if reading:
+            code = llama_cpp.llama_decode(self.ctx, batch)
+        else:  # generation only (several replies, drafts): the generation threads
+            with self.model.generation_threads():
+                code = llama_cpp.llama_decode(self.ctx, batch)
+        for seq, position in fillers.items():
+            llama_cpp.llama_memory_seq_rm(self.memory, seq, position, -1)
         if code != 0:
             self._failed_step(rows, code)
             return
         now = time.perf_counter()
-        if not any(reply.reading_prompt for reply, _, _ in rows):
-            self.step_cost.add(n, now - decoding)
+        if not reading:
+            self.step_cost.add(ubatch_sizes(counts, self.model.n_ubatch, self.split_equal),
+                               now - decoding)
         for reply, row, count in rows:
             slot = reply.slot
             if reply.reading_prompt:
@@ -603,7 +633,7 @@ class BatchScheduler:
                 return
             slot.tokens.extend(reply.prompt[span.start:span.start + span.n_tokens])
             reply.next_prompt = span.start + span.n_tokens
-            reply.stats.images_encoded += 1
+            reply.stats.images_encoded += span.last  # a tiled picture counts once, when whole
             reply.stats.image_encode_seconds += encode
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
@@ -632,11 +662,64 @@ class BatchScheduler:
                 "Send the message again; if it keeps failing, reload the model with a "
                 "smaller context or fewer slots."))
 
-    def _draft(self, reply: Reply, space: int, generating: int) -> list[int]:
-        """The tokens ``reply`` guesses after its pending ones, for this step's batch of
-        ``generating`` replies: at most ``space`` (the batch's room), and none the reply
-        could not use (its token budget, its slot's context); a constrained reply's draft
-        ends where the grammar refuses a token."""
+    def _fillers(self, parts: dict, space: int) -> dict[int, int]:
+        """Sequences between the batch's that have nothing in it, when a token of each
+        (removed again after the decode) makes the step cheaper: with a KV stream per
+        slot, llama.cpp's micro-batches take consecutive sequences only, so a step of
+        slots 0, 2 and 3 is two passes over the weights, and with slot 1's filler one.
+        Sequence → the filler's position (its cache's end)."""
+        if not self.split_equal or not parts or space < 1:
+            return {}
+        seqs = sorted(parts)
+        gaps = {}
+        for seq in range(seqs[0], seqs[-1]):
+            slot = self.slots[seq]
+            if seq not in parts and len(slot.tokens) + 1 < self.model.n_ctx:
+                gaps[seq] = self._position(slot)
+        if not gaps or len(gaps) > space:
+            return {}
+        counts = [(seq, len(parts[seq][1])) for seq in seqs]
+        filled = sorted(counts + [(seq, 1) for seq in gaps])
+        units = self.step_cost.units
+        n_ubatch = self.model.n_ubatch
+        if units(ubatch_sizes(filled, n_ubatch, True)) < units(ubatch_sizes(counts, n_ubatch, True)):
+            return gaps
+        return {}
+
+    def _plan_drafts(self, parts: dict, space: int) -> None:
+        """The drafts of this step (``reply.draft``, added to the reply's part of the batch):
+        each generating reply (``parts``, by sequence) with all its chosen tokens there
+        offers one, and
+        :func:`~models.engine.speculation.plan_drafts` chooses which are verified, and how
+        long, for the step as a whole; a draft left out is watched instead. At most
+        ``space`` tokens in all."""
+        order = sorted(parts)
+        counts = [(seq, len(parts[seq][1])) for seq in order]
+        drafts, offers = {}, {}
+        for index, seq in enumerate(order):
+            reply, tokens, _ = parts[seq]
+            if reply.drafter is not None and len(tokens) == len(reply.pending):
+                draft = self._draft(reply, space)
+                if draft:
+                    drafts[index] = draft
+                    offers[index] = (len(draft), reply.drafter.acceptance)
+        if not offers:
+            return
+        plan = plan_drafts(counts, offers, self.step_cost, self.model.n_ubatch, self.split_equal)
+        for index, draft in drafts.items():
+            reply, tokens, _ = parts[order[index]]
+            length = min(plan.get(index, 0), space)
+            if length:
+                reply.draft = draft[:length]
+                tokens.extend(reply.draft)
+                space -= length
+            else:
+                reply.drafter.watch(draft)
+
+    def _draft(self, reply: Reply, space: int) -> list[int]:
+        """The draft ``reply`` offers after its pending tokens: at most ``space`` (the
+        batch's room), and none the reply could not use (its token budget, its slot's
+        context); a constrained reply's draft ends where the grammar refuses a token."""
         slot, stats = reply.slot, reply.stats
         room = min(space, self.model.n_ctx - len(slot.tokens) - len(reply.pending) - 1,
                    reply.options.max_tokens - stats.completion_tokens)
@@ -644,7 +727,7 @@ class BatchScheduler:
             if not reply.first_token_at:
                 return []  # the grammar's first plan has not run yet
             room = min(room, reply.steps.max_tokens - reply.steps.stats.tokens)
-        draft = reply.drafter.propose(slot.tokens, reply.pending, room, generating)
+        draft = reply.drafter.propose(slot.tokens, reply.pending, room)
         if draft and reply.steps is not None:
             draft = draft[:reply.steps.valid_prefix(draft)]
         return draft
@@ -677,6 +760,8 @@ class BatchScheduler:
                 accepted += 1
                 continue
             reply.pending = [token]
+            if not draft and reply.drafter is not None:
+                reply.drafter.observe(reply.pending)  # a watched draft, if any
             break
         if draft:
             reply.draft = []
@@ -750,6 +835,8 @@ class BatchScheduler:
                 if not steps.pending:
                     continue
             reply.pending, steps.pending = steps.pending, []
+            if not draft and reply.drafter is not None:
+                reply.drafter.observe(reply.pending)  # a watched draft, if any
             break
         if draft:
             reply.draft = []

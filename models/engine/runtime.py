@@ -410,7 +410,7 @@ class LoadedModel:
         if options.speculative != "draft_model":
             raise QuantDeskError("This path decodes draft-model replies only.",
                                  "Send other replies through the engine's batching loop.")
-        with Sampler(options, self.llm.n_vocab()) as sampler, \
+        with Sampler(options, self.llm.n_vocab()) as sampler, self.generation_threads(), \
                 DraftBatch(min(options.draft_tokens + 1, self.n_batch)) as drafts:
             stats.seed = sampler.seed
             picked.append(sampler.sample(self.llm.ctx))
@@ -514,6 +514,27 @@ class LoadedModel:
         stats.draft_tokens += len(draft)
         stats.accepted_tokens += accepted
         return True
+
+    @contextlib.contextmanager
+    def generation_threads(self) -> Iterator[None]:
+        """While generating, decodes of several tokens (a draft and the token before it,
+        several replies' tokens) run on the generation threads, not the prompt's.
+
+        llama.cpp gives every decode of more than one token its batch threads, which are
+        meant for reading prompts (all cores by default): on a machine whose cores are
+        busy, a small step split over more threads than the generation's waits at each
+        barrier for a preempted thread, and a two-token step took ten times a one-token
+        one."""
+        ctx = self.llm.ctx
+        threads, batch_threads = llama_low.llama_n_threads(ctx), llama_low.llama_n_threads_batch(ctx)
+        if threads == batch_threads:
+            yield
+            return
+        llama_low.llama_set_n_threads(ctx, threads, threads)
+        try:
+            yield
+        finally:
+            llama_low.llama_set_n_threads(ctx, threads, batch_threads)
 
     def close(self) -> None:
         """Free the model and its context now rather than at garbage collection."""

@@ -62,12 +62,16 @@ def placeholder_id(digest: bytes) -> int:
 @dataclass
 class ImageSpan:
     """One image chunk of a prompt: where it starts in the token list, its tokens, and the
-    positions it takes (fewer than its tokens with M-RoPE)."""
+    positions it takes (fewer than its tokens with M-RoPE). A picture cut into tiles
+    (SmolVLM) has one chunk per tile and one for the whole: ``picture`` numbers the
+    pictures of the prompt, ``last`` marks each one's final chunk."""
 
     start: int
     n_tokens: int
     chunk: object  # mtmd_input_chunk_p, owned by the prompt's chunk list
     n_pos: int = 0
+    picture: int = 0
+    last: bool = True
 
 
 def position_after(tokens: list[int], count: int, image_positions: dict[int, tuple[int, int]]) -> int:
@@ -118,7 +122,8 @@ class ImagePrompt:
 
     @property
     def image_count(self) -> int:
-        return len(self.spans)
+        """The pictures (not chunks: a tiled picture has several)."""
+        return len({span.picture for span in self.spans.values()})
 
     def position_counts(self) -> dict[int, tuple[int, int]]:
         """Placeholder id → (tokens, positions) of the images whose counts differ."""
@@ -167,10 +172,11 @@ class VisionEncoder:
         if not self.vision:
             raise QuantDeskError("This model's mmproj file has no vision encoder (it reads audio only).",
                                  "Send text, or load the model with a vision mmproj.")
-        bitmaps = []
+        bitmaps, ids = [], []
         try:
             for data in images:
                 info = check_image(data)
+                ids.append(info.sha256)
                 buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
                 bitmap = _mtmd().mtmd_helper_bitmap_init_from_buf(self.ctx, buffer, len(data), False)
                 if not bitmap:
@@ -179,12 +185,12 @@ class VisionEncoder:
                         "the file is damaged or truncated.", "Send the image again, or another copy of it.")
                 _mtmd().mtmd_bitmap_set_id(bitmap, info.sha256.encode("ascii"))
                 bitmaps.append(bitmap)
-            return self._tokenize(text, bitmaps, add_special)
+            return self._tokenize(text, bitmaps, add_special, ids)
         finally:
             for bitmap in bitmaps:
                 _mtmd().mtmd_bitmap_free(bitmap)
 
-    def _tokenize(self, text: str, bitmaps: list, add_special: bool) -> ImagePrompt:
+    def _tokenize(self, text: str, bitmaps: list, add_special: bool, picture_ids: list[str]) -> ImagePrompt:
         raw = text.encode("utf-8")
         source = _mtmd().mtmd_input_text(raw, len(raw), add_special, True)
         array = (_mtmd().mtmd_bitmap_p_ctypes * max(len(bitmaps), 1))(*bitmaps)
@@ -198,6 +204,7 @@ class VisionEncoder:
                                  "Send the message again; if an image is damaged, send another copy.")
         prompt = ImagePrompt([], chunks=chunks)
         seen: dict[bytes, int] = {}  # an image split in tiles has one chunk per tile
+        chunk_ids: list[bytes] = []
         for i in range(_mtmd().mtmd_input_chunks_size(chunks)):
             chunk = _mtmd().mtmd_input_chunks_get(chunks, i)
             kind = _mtmd().mtmd_input_chunk_get_type(chunk)
@@ -209,10 +216,13 @@ class VisionEncoder:
             n_tokens = _mtmd().mtmd_input_chunk_get_n_tokens(chunk)
             chunk_id = _mtmd().mtmd_input_chunk_get_id(chunk) or b""
             seen[chunk_id] = seen.get(chunk_id, -1) + 1
+            chunk_ids.append(chunk_id)
             digest = hashlib.sha256(chunk_id + b"/%d/%d" % (seen[chunk_id], n_tokens)).digest()
             prompt.spans[len(prompt.tokens)] = ImageSpan(len(prompt.tokens), n_tokens, chunk,
                                                          _mtmd().mtmd_input_chunk_get_n_pos(chunk))
             prompt.tokens.extend([placeholder_id(digest)] * n_tokens)
+        number_pictures(list(prompt.spans.values()), [key.decode("ascii", "replace") for key in chunk_ids],
+                        picture_ids)
         return prompt
 
     def evaluate(self, span: ImageSpan, llama_ctx, n_past: int, seq_id: int, n_batch: int) -> tuple[float, float]:
@@ -243,6 +253,24 @@ class VisionEncoder:
         if code != 0:
             raise ImageDecodeFailed(code)
         return encoded - started, time.perf_counter() - encoded
+
+
+def number_pictures(spans: list[ImageSpan], chunk_ids: list[str], picture_ids: list[str]) -> None:
+    """Set each span's picture number and last-chunk mark.
+
+    libmtmd gives a picture's chunks one after another, each with the picture's id (its
+    SHA-256), but does not say where a picture ends: the same picture sent twice gives
+    two runs of the same id. Identical pictures are cut alike, so each id's chunks divided
+    by its pictures is the run length of one picture.
+    """
+    pictures = {key: picture_ids.count(key) for key in set(picture_ids)}
+    per_picture = {key: max(chunk_ids.count(key) // count, 1) for key, count in pictures.items()}
+    picture, left = -1, 0
+    for span, key in zip(spans, chunk_ids):
+        if left == 0:
+            picture, left = picture + 1, per_picture.get(key, 1)
+        left -= 1
+        span.picture, span.last = picture, left == 0
 
 
 class ImageDecodeFailed(QuantDeskError):

@@ -123,7 +123,10 @@ class ActivationCollector:
         error: An exception raised inside the callback (raised again by :meth:`check`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, include_output: bool = False) -> None:
+        #: Also the output head's inputs (``output.weight``, or ``token_embd.weight`` when
+        #: tied), as ``llama-imatrix --process-output`` does: a size fit weighs its error too.
+        self.include_output = include_output
         self.ggml = _Ggml()
         self.sums: dict[str, np.ndarray] = {}
         self.counts: dict[str, np.ndarray] = {}
@@ -159,7 +162,8 @@ class ActivationCollector:
         src1 = GgmlTensor.from_address(t.src[1])
         if src1.ne[1] < MIN_ROWS or src1.type != GGML_TYPE_F32:
             return False
-        return weight_name(GgmlTensor.from_address(t.src[0]).name).startswith("blk.")
+        name = weight_name(GgmlTensor.from_address(t.src[0]).name)
+        return name.startswith("blk.") or (self.include_output and name in ("output.weight", "token_embd.weight"))
 
     def _entry(self, name: str, n_mat: int, n_per_row: int, n_counts: int) -> tuple[np.ndarray, np.ndarray]:
         sums = self.sums.get(name)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+import numpy as np
+
 from models.foundation.errors import Cancelled, QuantDeskError
 from models.foundation.jobs import CancelToken, Progress, ProgressCallback
 from models.quality.base_data import DEFAULT_TAIL_SAMPLES, DEFAULT_TOP_K, BaseData, cache_path
@@ -216,6 +218,31 @@ def generate_imatrix(model: Path, text: EvalText, output: Path, options: Measure
     chunk_count = max(int(c.max()) for c in counts.values()) // chunk_size
     save_imatrix(Path(output), sums, counts, [text.name], chunk_count, chunk_size)
     return ImatrixResult(Path(output), len(sums), chunk_count, PerplexityStats.from_nll(result["nll"]))
+
+
+def measure_activations(model: Path, text: EvalText, options: MeasureOptions = MeasureOptions(),
+                        report: Optional[ProgressCallback] = None,
+                        cancel: Optional[CancelToken] = None) -> "ImportanceMatrix":
+    """The mean squared input of every weight matrix's columns over ``text`` (the output
+    head's included), held in memory: what a size fit weighs each tensor's error with.
+
+    Raises:
+        Cancelled: the job was cancelled.
+        QuantDeskError: the text is too short, the model cannot be run, ...
+    """
+    from quantize.imatrix import ImportanceMatrix
+
+    _check_model(Path(model))
+    request = {**_text_request(model, text, options, "imatrix"), "include_output": True}
+    result = run_worker(request, report, cancel, "Activations")
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    entries = {}
+    for name, sums in result["sums"].items():
+        counts = np.maximum(result["counts"][name], 1).astype(np.float32)
+        per_matrix = counts if counts.size == sums.shape[0] else np.full(sums.shape[0], counts[0])
+        entries[name] = (sums / per_matrix[:, None]).reshape(-1).astype(np.float32)
+    return ImportanceMatrix(Path(model), entries, [text.name], int(result["n_chunk"]))
 
 
 def measure_base(source: Path, text: EvalText, options: MeasureOptions = MeasureOptions(),

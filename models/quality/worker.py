@@ -183,7 +183,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
     if mode == "imatrix":
         from models.quality.collect import ActivationCollector
 
-        collector = ActivationCollector()
+        collector = ActivationCollector(bool(request.get("include_output")))
     ctx = _context(llama, model, plan, request, log_capture,
                    collector.callback if collector else None)
     abort_hook = install_abort_hook(ctx, cancel_shared)

@@ -139,7 +139,7 @@ class MmprojSource:
             if name is None or family.skipped(name):
                 continue
             shape = tuple(record.shape)
-            pieces = family.pieces(name, shape) if family.pieces is not None else None
+            pieces = family.pieces(name, shape, self.vision) if family.pieces is not None else None
             for piece in pieces or [Piece(name, shape, lambda values: values)]:
                 gguf_name = piece.name if piece.gguf else family.gguf_name(piece.name)
                 if gguf_name is None:

@@ -23,6 +23,11 @@
    EngineClient alone. Measured with the app's default engine threads and with the engine
    on every logical CPU. Also printed: this process's CPU time per second of decoding on
    each side (what the GUI adds, free of the machine's noise).
+   **Edit workload** (``--decode-workload edit``): a source file sent back with one change
+   (``bench_speculative.py``'s requests, greedy, to the end of the reply), with prompt
+   lookup — the default — through the GUI and through EngineClient alone, and through the
+   GUI without it (``speculative="off"``), in alternated triples: the tok/s a person sees
+   in the window when the reply copies its prompt.
 3. **Launch to a usable window** (no model): a fresh process, from start to the window on
    screen with the message box focused. Goal ≤ 1.0 s.
 4. **Opening a conversation of 500 messages**. Goal ≤ 0.5 s.
@@ -201,14 +206,16 @@ def bench_stall(app, thinking: int = 0, unfolded: bool = False) -> dict:
             "thinking_chars": len(view.streamed_reasoning)}
 
 
-def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
+def bench_decode(app, model: Path, runs: int, threads: int | None, workload: str = "free") -> dict:
     from PySide6.QtCore import QEventLoop
 
     from app.ui.main_window import MainWindow
     from models.engine import ChatOptions, EngineClient, LoadSettings
 
-    settings = LoadSettings(threads=threads, context_length=1024)
+    edit = workload == "edit"
+    settings = LoadSettings(threads=threads, context_length=4096 if edit else 1024)
     options = ChatOptions(temperature=0.0, max_tokens=DECODE_TOKENS, ignore_eos=True)
+    plain = None
     client = EngineClient()
     client.load(model, settings)
     window = MainWindow()
@@ -219,17 +226,17 @@ def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
     page.engine.report, page.engine.model_path, page.engine.settings = client.last_load, model, settings
     outcomes = []
     page.engine.reply_done.connect(outcomes.append)
-    speeds = {"alone": [], "gui": []}
-    cpu = {"alone": [], "gui": []}  # this process's CPU time per second of decoding
+    speeds = {"alone": [], "gui": [], "gui_plain": []}
+    cpu = {"alone": [], "gui": [], "gui_plain": []}  # this process's CPU per second of decoding
 
     def through_client(messages) -> tuple[float, float]:
         reply = client.chat(messages, options)
         reply.wait()
         return reply.stats.completion_tokens, time.perf_counter() - reply.first_delta_at
 
-    def through_gui(messages) -> tuple[float, float]:
+    def through_gui(messages, chosen=None) -> tuple[float, float]:
         page.transcript.begin_reply()
-        page.engine.start_reply(messages, options, None)
+        page.engine.start_reply(messages, chosen or options, None)
         # The window's own event loop, as app.exec() runs it: polling with processEvents
         # here would add the benchmark's work to the GUI thread it measures.
         loop = QEventLoop()
@@ -239,9 +246,17 @@ def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
         outcome = outcomes[-1]
         return outcome.reply.stats.completion_tokens, outcome.finished_at - outcome.reply.first_delta_at
 
+    order = (("alone", through_client), ("gui", through_gui))
+    if edit:
+        from tests.benchmarks.bench_speculative import edit_messages
+
+        order += (("gui_plain", lambda messages: through_gui(messages, plain)),)
     for run in range(runs):  # pairs with one prompt; each side goes first in half of them
         messages = [{"role": "user", "content": f"Run {run}: write about rivers, mountains and seas."}]
-        order = (("alone", through_client), ("gui", through_gui))
+        if edit:
+            messages, budget = edit_messages(run)
+            options = ChatOptions(temperature=0.0, max_tokens=budget)
+            plain = ChatOptions(temperature=0.0, max_tokens=budget, speculative="off")
         for side, produce in (order if run % 2 == 0 else order[::-1]):
             cpu_before = time.process_time()
             tokens, seconds = produce(messages)
@@ -251,6 +266,12 @@ def bench_decode(app, model: Path, runs: int, threads: int | None) -> dict:
     client.shutdown()
     pairs = [gui / alone for gui, alone in zip(speeds["gui"], speeds["alone"])]
     quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
+    if edit:
+        over_plain = [gui / p for gui, p in zip(speeds["gui"], speeds["gui_plain"])]
+        return {"alone": statistics.median(speeds["alone"]), "gui": statistics.median(speeds["gui"]),
+                "gui_plain": statistics.median(speeds["gui_plain"]),
+                "ratio": statistics.median(pairs), "over_plain": statistics.median(over_plain),
+                "over_plain_range": (min(over_plain), max(over_plain))}
     return {"alone": statistics.median(speeds["alone"]), "gui": statistics.median(speeds["gui"]),
             "ratio": statistics.median(pairs), "q1": quartiles[0], "q3": quartiles[2],
             "cpu_alone": statistics.median(cpu["alone"]), "cpu_gui": statistics.median(cpu["gui"])}
@@ -328,6 +349,8 @@ def main() -> None:
     parser.add_argument("--no-engine", action="store_true", help="skip the decode comparison")
     parser.add_argument("--decode-only", action="store_true", help="only the decode comparison")
     parser.add_argument("--stall-only", action="store_true", help="only the streaming stalls")
+    parser.add_argument("--decode-workload", default="free", choices=("free", "edit"),
+                        help="free writing (fixed length), or bench_speculative's edit requests")
     parser.add_argument("--decode-threads", default="default,all",
                         help="engine thread settings to compare: default (half the CPUs), all")
     args = parser.parse_args()
@@ -371,7 +394,15 @@ def main() -> None:
     choices = {"default": (None, "the app's default threads (half the logical CPUs)"),
                "all": (os.cpu_count() or 1, f"threads = all {os.cpu_count()} logical CPUs")}
     for threads, label in (choices[name] for name in args.decode_threads.split(",")):
-        decode = bench_decode(app, model, args.decode_runs, threads)
+        decode = bench_decode(app, model, args.decode_runs, threads, args.decode_workload)
+        if args.decode_workload == "edit":
+            low, high = decode["over_plain_range"]
+            print(f"edit workload, {label}, {args.decode_runs} triples: through the GUI with prompt "
+                  f"lookup {decode['gui']:.1f} tok/s, without {decode['gui_plain']:.1f} tok/s, "
+                  f"EngineClient alone with it {decode['alone']:.1f} tok/s (medians); GUI with / "
+                  f"without per triple: median {decode['over_plain']:.2f} ({low:.2f}-{high:.2f}); "
+                  f"GUI / alone: median {decode['ratio']:.1%}", flush=True)
+            continue
         print(f"decode {DECODE_TOKENS} tokens, {label}, {args.decode_runs} pairs: EngineClient alone "
               f"{decode['alone']:.1f} tok/s, through the GUI {decode['gui']:.1f} tok/s (medians); "
               f"GUI / alone per pair: median {decode['ratio']:.1%}, quartiles {decode['q1']:.1%}-"

@@ -16,15 +16,16 @@ time does not depend on it). Each run encodes a new 896×896 picture (so no cach
 Both use the same thread count and libmtmd's defaults (flash attention "auto", a warm-up
 encode at load). The two are interleaved run by run, so a busy machine slows both; the
 ratio is llama.cpp's time over ours (≥ 1: QuantDesk as fast or faster), the median of the
-runs' ratios first.
+runs' ratios first. With ``--swap`` every second run has llama-mtmd-cli go first.
 
 Run: ``python tests/benchmarks/bench_image_encode.py [--layers 27] [--runs 5] [--threads 2]
-[--llama-tools DIR] [--work DIR]``
+[--swap] [--llama-tools DIR] [--work DIR]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -119,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="pictures encoded by each side")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads, both sides")
     parser.add_argument("--work", type=Path, default=None, help="folder for the model files (kept)")
+    parser.add_argument("--swap", action="store_true", help="every second run, llama-mtmd-cli goes first")
     llama_tools.add_argument(parser)
     args = parser.parse_args(argv)
     tools = llama_tools.require_tools(args.llama_tools, needed=(llama_tools.MTMD_CLI,))
@@ -133,10 +135,15 @@ def main(argv=None) -> int:
     ours, theirs = [], []
     try:
         for run, picture in enumerate(pictures(work, args.runs)):
-            ours.append(engine.encode_seconds(picture))
-            theirs.append(llama_encode_seconds(tools, text, projector, picture, args.threads))
+            if run % 2 == 0 or not args.swap:
+                ours.append(engine.encode_seconds(picture))
+                theirs.append(llama_encode_seconds(tools, text, projector, picture, args.threads))
+            else:  # llama.cpp first: a machine whose load drifts favours neither side
+                theirs.append(llama_encode_seconds(tools, text, projector, picture, args.threads))
+                ours.append(engine.encode_seconds(picture))
+            load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
             print(f"run {run + 1}: QuantDesk {ours[-1] * 1000:.0f} ms, llama-mtmd-cli {theirs[-1] * 1000:.0f} ms "
-                  f"(ratio {theirs[-1] / ours[-1]:.3f})", flush=True)
+                  f"(ratio {theirs[-1] / ours[-1]:.3f}; load average {load})", flush=True)
     finally:
         engine.close()
     ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)

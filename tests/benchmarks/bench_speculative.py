@@ -32,9 +32,13 @@ slot 4096, batch 512, and flash attention on (``--no-flash-attention`` for off: 
 plain attention rounds a batch of positions differently from one, so a greedy reply may
 then change at a near-tie).
 
+``--identity N`` times nothing: it sends N different requests of each workload, one at a
+time and 4 at once, with prompt lookup and without, and counts the greedy replies that
+differ (none may); each reply up to ``--identity-tokens`` (160) tokens.
+
 Run: ``.venv/bin/python tests/benchmarks/bench_speculative.py [MODEL.gguf] [--runs N]
 [--clients 1,4] [--workloads edit,chat] [--spec-types ngram-simple,...] [--threads N]
-[--f32] [--llama-tools DIR] [--no-llama-server]``.
+[--f32] [--llama-tools DIR] [--no-llama-server] [--identity N]``.
 """
 
 from __future__ import annotations
@@ -94,6 +98,59 @@ def edit_messages(run: int) -> tuple[list[dict], int]:
 
 def chat_messages(run: int) -> tuple[list[dict], int]:
     return [{"role": "user", "content": f"Write a short story about {STORIES[run % len(STORIES)]}."}], 0
+
+
+def identity_requests(workload: str, count: int) -> list[list[dict]]:
+    """``count`` different requests: edits of this repository's engine modules (each one's
+    functions renamed in turn), or short stories and descriptions of varied subjects."""
+    import re
+
+    requests = []
+    if workload == "edit":
+        for path in sorted((REPO / "models" / "engine").glob("*.py")):
+            source = path.read_text()[:EDIT_CHARS // 2]
+            source = source[:source.rfind("\n") + 1]
+            for name in re.findall(r"^def (\w+)", path.read_text(), re.M)[:3]:
+                requests.append([{"role": "user", "content": (
+                    f"Here is a Python file. Return the whole file with one change: rename "
+                    f"`{name}` to `{name}_v2` everywhere. Reply with the file only.\n\n"
+                    f"```python\n{source}```")}])
+    else:
+        for story in STORIES:
+            for ask in ("Write a short story about {}.", "Describe {} in three sentences.",
+                        "Write a poem about {}.", "Tell a child about {}.",
+                        "List five facts one might invent about {}.",
+                        "Write a news report about {}.", "Write a dialogue about {}."):
+                requests.append([{"role": "user", "content": ask.format(story)}])
+    if len(requests) < count:
+        raise SystemExit(f"only {len(requests)} different {workload} requests, not {count}")
+    return requests[:count]
+
+
+def identity(http, server: bench_server.Server, model_id: str, workloads: list[str],
+             count: int, tokens: int) -> int:
+    """Greedy replies with prompt lookup against those without, ``count`` requests of each
+    workload alone and 4 at once; print and return how many differed."""
+    differed = 0
+    for workload in workloads:
+        requests = [(m, tokens) for m in identity_requests(workload, count)]
+        for clients in (1, 4):
+            same = drafted = accepted = 0
+            for start in range(0, count, clients):
+                group = requests[start:start + clients]
+                texts = []
+                for extra in ({}, PLAIN):
+                    replies = run_group(http, Side("", server, extra), model_id, group)
+                    texts.append([r.text for r in replies])
+                    for reply in replies:
+                        d, a = speculation_counts(reply)
+                        drafted, accepted = drafted + d, accepted + a
+                same += sum(x == y for x, y in zip(*texts))
+            differed += count - same
+            print(f"-- {workload}, {clients} at once: {same} of {count} greedy replies identical "
+                  f"with and without prompt lookup (drafted {drafted}, accepted {accepted})",
+                  flush=True)
+    return differed
 
 
 def group_rate(replies: list) -> float:
@@ -203,6 +260,12 @@ def main() -> int:
                         help="serve the model's weights dequantized to F32")
     parser.add_argument("--no-flash-attention", action="store_true")
     parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--draft-tokens", type=int, default=0, metavar="N",
+                        help="also ours with prompt lookup drafting at most N tokens at once")
+    parser.add_argument("--identity", type=int, default=0, metavar="N",
+                        help="compare N greedy replies per workload with and without "
+                             "speculation, alone and 4 at once, instead of timing")
+    parser.add_argument("--identity-tokens", type=int, default=160)
     llama_tools.add_argument(parser)
     args = parser.parse_args()
 
@@ -213,7 +276,7 @@ def main() -> int:
     flash = not args.no_flash_attention
     clients = [int(c) for c in args.clients.split(",")]
     workloads = args.workloads.split(",")
-    tools = None if args.no_llama_server else llama_tools.require_tools(
+    tools = None if args.no_llama_server or args.identity else llama_tools.require_tools(
         args.llama_tools, needed=("llama-server",))
     mismatches = 0
     best = None
@@ -225,6 +288,13 @@ def main() -> int:
         print(f"== {model.name}, {args.threads} thread(s), context "
               f"{bench_server.CONTEXT_PER_SLOT} per slot, flash attention "
               f"{'on' if flash else 'off'}, greedy; {llama_tools.machine_line()}", flush=True)
+        if args.identity:
+            server = bench_server.start_ours(Path(folder) / "home", model_id, 4)
+            try:
+                return 1 if identity(http, server, model_id, workloads, args.identity,
+                                     args.identity_tokens) else 0
+            finally:
+                server.stop()
         if tools is not None and "edit" in workloads:
             print("-- llama-server's modes on the edit workload, 1 client:", flush=True)
             best = best_spec_type(http, tools, model, model_id, args.spec_types.split(","),
@@ -239,6 +309,9 @@ def main() -> int:
                 for workload in workloads:
                     sides = [Side("ours, prompt lookup", servers[0]),
                              Side("ours, plain", servers[0], dict(PLAIN))]
+                    if args.draft_tokens:
+                        sides.append(Side(f"ours, prompt lookup, {args.draft_tokens} at most",
+                                          servers[0], {"speculative.n_max": args.draft_tokens}))
                     if tools is not None:
                         label = f"llama-server --spec-type {best}" if best else "llama-server"
                         sides.append(Side(label, servers[1]))

@@ -14,7 +14,11 @@ Modes (see tests/models/structured_runner.py):
     ff        plain + fast-forward, last forced token held back (the default)
     ff-all    plain + fast-forward of every forced token
 
-Run: .venv/bin/python tests/benchmarks/bench_structured.py [--rounds 3] [--cases a,b]
+``--large-vocab`` runs the same on SmolLM2 with its vocabulary grown to 152,064 tokens
+(``large_vocab.padded_smollm2``: Qwen2.5's size, so the output layer, the sampler and every
+grammar mask work on a Qwen-sized vocabulary while the model writes SmolLM2's text).
+
+Run: .venv/bin/python tests/benchmarks/bench_structured.py [--rounds 3] [--cases a,b] [--large-vocab]
 """
 
 from __future__ import annotations
@@ -36,17 +40,22 @@ def main() -> int:
     parser.add_argument("--cases", default=DEFAULT_CASES)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--large-vocab", action="store_true")
     args = parser.parse_args()
 
     import llama_cpp
 
     from models.engine.options import ChatOptions
     from models.structured import ConstrainedGenerator, constraint_for_schema
+    from tests.benchmarks.large_vocab import padded_smollm2
     from tests.conftest import cached_models_dir, fetch_smollm2
     from tests.models.structured_runner import MODES as OPTIONS, chatml_prompt
     from tests.models.structured_schemas import SUPPORTED
 
-    llm = llama_cpp.Llama(model_path=str(fetch_smollm2(cached_models_dir())), n_ctx=2048,
+    model = fetch_smollm2(cached_models_dir())
+    if args.large_vocab:
+        model = padded_smollm2(model, cached_models_dir() / "smollm2-vocab152k.gguf")
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=2048,
                           n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
     cases = args.cases.split(",")
     totals = {mode: {"sampled": 0, "forced": 0, "full_masks": 0, "seconds": 0.0} for mode in MODES}
@@ -79,7 +88,7 @@ def main() -> int:
         t = totals[mode]
         return (t["sampled"] + t["forced"]) / t["seconds"]
 
-    print(f"SmolLM2-135M Q4_1, {args.threads} threads, {len(cases)} schemas, {args.rounds} rounds, "
+    print(f"SmolLM2-135M Q4_1, {llm.n_vocab():,} tokens, {args.threads} threads, {len(cases)} schemas, {args.rounds} rounds, "
           f"greedy, max {args.max_tokens} tokens")
     print(f"{'mode':9} {'tok/s':>7} {'vs free':>8} {'forced':>7} {'full masks':>11} {'= plain':>8}")
     for mode in MODES:

@@ -157,6 +157,8 @@ ARCHITECTURES.update({
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64}}, _llama_tensors),
     "smollm": ArchSpec("llama", "LlamaForCausalLM", _LLAMA_CONFIG, _llama_tensors, tokenizer="smollm-bpe"),
+    # SmolVLM's text model: SmolLM with the image markers in its tokenizer.
+    "smolvlm": ArchSpec("llama", "LlamaForCausalLM", _LLAMA_CONFIG, _llama_tensors, tokenizer="smolvlm-bpe"),
     "tinyllama": ArchSpec("llama", "LlamaForCausalLM", _LLAMA_CONFIG, _llama_tensors, tokenizer="llama-spm",
                           chat_template=MISTRAL_TEMPLATE),
     "mistral": ArchSpec("mistral", "MistralForCausalLM", {**_LLAMA_CONFIG, "sliding_window": None},

@@ -54,8 +54,15 @@ class TokenizerFiles:
     ids: dict[str, int]
 
 
+#: SmolVLM's image markers: around each tile and the overview, the overview's tag, the
+#: placeholder of each image token, and the tiles' places (up to 3 × 3 here; 6 × 6 on the Hub).
+SMOLVLM_IMAGE_SPECIALS = ["<fake_token_around_image>", "<image>", "<global-img>"] + [
+    f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)]
+
+
 def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int) -> TokenizerFiles:
-    """A ChatML byte-level BPE with Qwen2's (``qwen2``) or SmolLM's (``smollm``) pre-tokenizer."""
+    """A ChatML byte-level BPE with Qwen2's (``qwen2``) or SmolLM's (``smollm``) pre-tokenizer;
+    ``smolvlm`` is SmolLM's with SmolVLM's image markers added."""
     tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     if flavour == "qwen2":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -68,11 +75,14 @@ def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
         ])
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CHATML_SPECIALS),
+    specials = list(CHATML_SPECIALS) + (SMOLVLM_IMAGE_SPECIALS if flavour == "smolvlm" else [])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(TRAINING_CORPUS * 20, trainer=trainer)
+    # libmtmd puts SmolVLM's overview after "\n\n" as one token, which SmolLM's vocabulary has.
+    paragraphs = ["one\n\n\ntwo"] * 50 if flavour == "smolvlm" else []
+    tokenizer.train_from_iterator(TRAINING_CORPUS * 20 + paragraphs, trainer=trainer)
     tokenizer.save(str(dest / "tokenizer.json"))
-    ids = {t: tokenizer.token_to_id(t) for t in CHATML_SPECIALS}
+    ids = {t: tokenizer.token_to_id(t) for t in specials}
     bos = None if flavour == "qwen2" else "<|im_start|>"
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": "<|im_end|>",

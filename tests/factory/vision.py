@@ -43,6 +43,7 @@ class VisionSpec:
         text_extra: Keys added to ``text_config``.
         flat_hub_config: The original checkpoints' config.json has the text model's keys
             at the top level (Qwen2-VL) rather than in ``text_config``.
+        text_overrides: Keys replacing the text model's tiny defaults (its layer count).
     """
 
     text_arch: str
@@ -55,6 +56,7 @@ class VisionSpec:
     preprocessor: dict
     text_extra: dict = None  # type: ignore[assignment]
     flat_hub_config: bool = False
+    text_overrides: dict = None  # type: ignore[assignment]
 
 
 def siglip_tensors(prefix: str, vision: dict) -> dict[str, tuple[int, ...]]:
@@ -142,12 +144,55 @@ def _qwen_rename(name: str, layout: str) -> str:
     return "model." + name if layout == "transformers" else name
 
 
+def _qwen3vl_vision_tensors(config: dict) -> dict[str, tuple[int, ...]]:
+    """Qwen3-VL's ViT: LayerNorms, a fused QKV, a GELU MLP, learned position embeddings, a
+    merger, and one more merger (norm after the 2×2 fold) per deepstack layer."""
+    vision = config["vision_config"]
+    width, ff, p = vision["hidden_size"], vision["intermediate_size"], vision["patch_size"]
+    merged, text_width = width * vision["spatial_merge_size"] ** 2, vision["out_hidden_size"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "visual.patch_embed.proj.weight": (width, vision["in_channels"], vision["temporal_patch_size"], p, p),
+        "visual.patch_embed.proj.bias": (width,),
+        "visual.pos_embed.weight": (vision["num_position_embeddings"], width)}
+    for i in range(vision["depth"]):
+        q = f"visual.blocks.{i}."
+        for leaf, shape in (("norm1", (width,)), ("norm2", (width,)), ("attn.qkv", (3 * width, width)),
+                            ("attn.proj", (width, width)), ("mlp.linear_fc1", (ff, width)),
+                            ("mlp.linear_fc2", (width, ff))):
+            shapes[q + leaf + ".weight"] = shape
+            shapes[q + leaf + ".bias"] = shape[:1]
+    mergers = ["visual.merger."] + [f"visual.deepstack_merger_list.{k}."
+                                    for k in range(len(vision["deepstack_visual_indexes"]))]
+    for prefix in mergers:
+        norm = width if prefix == "visual.merger." else merged
+        shapes.update({prefix + "norm.weight": (norm,), prefix + "norm.bias": (norm,),
+                       prefix + "linear_fc1.weight": (merged, merged), prefix + "linear_fc1.bias": (merged,),
+                       prefix + "linear_fc2.weight": (text_width, merged),
+                       prefix + "linear_fc2.bias": (text_width,)})
+    return shapes
+
+
+def _qwen3vl_rename(name: str, layout: str) -> str:
+    """Qwen3-VL came out after transformers 4.52: the Hub's checkpoints already carry the
+    names transformers saves (``model.language_model.*``, ``model.visual.*``), so both
+    layouts are that one."""
+    return _gemma3_rename(name, "transformers")
+
+
 _QWEN_PREPROCESSOR = {
     "image_processor_type": "Qwen2VLImageProcessor", "do_convert_rgb": True, "do_normalize": True,
     "do_rescale": True, "do_resize": True, "image_mean": [0.48, 0.46, 0.41],
     "image_std": [0.27, 0.26, 0.28], "min_pixels": 1024, "max_pixels": 16384, "merge_size": 2,
     "patch_size": 8, "temporal_patch_size": 2, "resample": 3, "rescale_factor": 0.00392156862745098}
 _QWEN_TEXT = {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+#: Qwen3-VL's processor: 16-pixel patches merged 2×2 and mean/std 0.5 on the Hub (other
+#: values here, so that a converter or preprocessor ignoring them is caught).
+_QWEN3VL_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+    "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+    "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28], "merge_size": 2, "patch_size": 8,
+    "temporal_patch_size": 2, "resample": 3, "rescale_factor": 0.00392156862745098,
+    "size": {"longest_edge": 16384, "shortest_edge": 1024}}
 
 
 def _smolvlm_vision_tensors(config: dict) -> dict[str, tuple[int, ...]]:
@@ -194,7 +239,7 @@ VISION_ARCHITECTURES: dict[str, VisionSpec] = {
     # Tiles of 64×64 pixels in 8×8 patches, folded 2×2 into 16 tokens per tile; a longest
     # edge of 128 pixels (up to 2×2 tiles and the whole image).
     "smolvlm": VisionSpec(
-        text_arch="smollm",
+        text_arch="smolvlm",
         hf_class="Idefics3ForConditionalGeneration",
         model_type="idefics3",
         vision_config={"model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64,
@@ -233,6 +278,23 @@ VISION_ARCHITECTURES: dict[str, VisionSpec] = {
         extra_config={"vision_start_token_id": 3, "vision_end_token_id": 4, "image_token_id": 5},
         vision_tensors=_qwen_vision_tensors, rename=_qwen_rename, preprocessor=_QWEN_PREPROCESSOR,
         text_extra=_QWEN_TEXT, flat_hub_config=True),
+    # Qwen3-VL: 8-pixel patches (an 8×8 grid of learned positions, so 64 pixels), three
+    # blocks whose first and last also feed the text model's first two layers (deepstack);
+    # three text layers, as llama.cpp adds no deepstack slice to the last one.
+    "qwen3vl": VisionSpec(
+        text_arch="qwen3", hf_class="Qwen3VLForConditionalGeneration", model_type="qwen3_vl",
+        vision_config={"model_type": "qwen3_vl", "depth": 3, "hidden_size": 32, "intermediate_size": 64,
+                       "num_heads": 2, "in_channels": 3, "out_hidden_size": 64, "patch_size": 8,
+                       "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
+                       "deepstack_visual_indexes": [0, 2], "hidden_act": "gelu_pytorch_tanh",
+                       "initializer_range": 0.02},
+        extra_config={"vision_start_token_id": 3, "vision_end_token_id": 4, "image_token_id": 5,
+                      "video_token_id": 6, "tie_word_embeddings": False},
+        vision_tensors=_qwen3vl_vision_tensors, rename=_qwen3vl_rename, preprocessor=_QWEN3VL_PREPROCESSOR,
+        text_overrides={"num_hidden_layers": 3},
+        text_extra={"model_type": "qwen3_vl_text",
+                    "rope_scaling": {"mrope_interleaved": True, "mrope_section": [2, 3, 3],
+                                     "rope_type": "default"}}),
 }
 
 
@@ -280,7 +342,8 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
     """
     spec = VISION_ARCHITECTURES[family]
     dest = Path(dest)
-    text = write_tiny_checkpoint(dest, arch=spec.text_arch, dtype=dtype, seed=seed)
+    text = write_tiny_checkpoint(dest, arch=spec.text_arch, dtype=dtype, seed=seed,
+                                 config_overrides=spec.text_overrides)
     weights: dict[str, np.ndarray] = {}
     for file in text.weight_files:
         st = SafetensorsFile(file)
@@ -306,6 +369,8 @@ def write_tiny_vision_checkpoint(dest: Path, family: str = "gemma3", layout: str
         pieces = sentencepiece.SentencePieceProcessor(model_file=str(dest / "tokenizer.model"))
         boi, eoi, image = (pieces.piece_to_id(t) for t in GEMMA_IMAGE_SPECIALS)
         config.update(boi_token_index=boi, eoi_token_index=eoi, image_token_index=image)
+    if family == "smolvlm":
+        config["image_token_id"] = json.loads((dest / "tokenizer.json").read_text())["model"]["vocab"]["<image>"]
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     preprocessor = {**spec.preprocessor, **sizes.get("preprocessor", {})}
     (dest / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))

@@ -70,26 +70,42 @@ def test_find_draft_matches_a_brute_force_search():
         assert find_draft(np.array(history, dtype=np.intc), ngram, limit, 2) == expected, history
 
 
+def test_micro_batches_are_predicted_as_llama_cpp_splits_them():
+    """Checked against llama.cpp's own split (LLAMA_BATCH_DEBUG=1 prints it): with a KV
+    stream per sequence, equal tokens per sequence, of consecutive sequence ids."""
+    from models.engine.speculation import ubatch_sizes
+
+    assert ubatch_sizes([(0, 1), (1, 1), (2, 1), (3, 1)], 512, True) == [4]
+    assert ubatch_sizes([(0, 5), (1, 1), (2, 1), (3, 1)], 512, True) == [4, 4]
+    assert ubatch_sizes([(0, 5), (1, 1), (2, 5), (3, 1)], 512, True) == [4, 4, 4]
+    assert ubatch_sizes([(0, 3), (1, 3), (2, 2), (3, 2)], 512, True) == [8, 2]
+    assert ubatch_sizes([(0, 1), (2, 1), (3, 1)], 512, True) == [1, 2]  # a gap: two passes
+    assert ubatch_sizes([(0, 300), (1, 300)], 512, True) == [512, 88]
+    assert ubatch_sizes([(0, 5), (1, 1), (2, 1)], 512, False) == [7]  # one stream
+    assert ubatch_sizes([(0, 600)], 512, False) == [512, 88]
+
+
 def test_step_cost_is_fitted_from_step_times(monkeypatch):
     from models.engine.speculation import COST_ENV, FIRST_EXTRA_COST, StepCost
 
     monkeypatch.delenv(COST_ENV)  # the tests pin it (tests/conftest.py); measured here
     cost = StepCost()
     for _ in range(20):
-        cost.add(1, 0.010)  # all steps of one size: nothing to fit yet
-    assert cost.extra == FIRST_EXTRA_COST
-    for _ in range(20):  # a step costs 10 ms plus 1 ms per token more than one
-        for tokens in (1, 4, 9):
-            cost.add(tokens, 0.010 + 0.001 * (tokens - 1))
+        cost.add([1], 0.010)  # all steps of one shape: nothing to fit yet
+    assert cost.extra == pytest.approx(FIRST_EXTRA_COST)
+    for _ in range(20):  # a pass costs 9 ms, and each token 1 ms
+        for sizes in ([1], [4], [9], [4, 4]):
+            cost.add(sizes, 0.009 * len(sizes) + 0.001 * sum(sizes))
+    assert cost.ratio == pytest.approx(1 / 9, rel=0.01)
     assert cost.extra == pytest.approx(0.1, rel=0.01)
-    for _ in range(300):  # the machine got busy: each token costs as much as a step
-        for tokens in (1, 3):
-            cost.add(tokens, 0.020 * tokens)
-    assert cost.extra == pytest.approx(1.0, rel=0.05)
-    assert cost.extra_for(4) == pytest.approx(1.0, rel=0.05)  # as dear as a step: in any batch
-    cost.extra = 0.1  # a token a tenth of a one-reply step: 1/9 of the fixed time
-    assert cost.extra_for(1) == 0.1
-    assert cost.extra_for(4) == pytest.approx((4 / 9) / (1 + 4 / 9))  # of a fourth of a step
+    assert cost.units([4, 4]) == pytest.approx(2 + 8 / 9, rel=0.01)
+    for _ in range(300):  # the machine got busy: each token costs as much as a pass
+        for sizes in ([1], [3], [2, 2]):
+            cost.add(sizes, 0.020 * (len(sizes) + sum(sizes)))
+    assert cost.ratio == pytest.approx(1.0, rel=0.05)
+    for _ in range(400):  # nothing drafted for long: back towards the first guess, to retry
+        cost.add([1], 0.040)
+    assert cost.extra < 0.2
 
 
 def test_draft_length_pays_for_itself():
@@ -101,26 +117,51 @@ def test_draft_length_pays_for_itself():
     assert best_length(0.9, 1.0, 16) == 0  # each token as dear as a step: plain is best
 
 
-def test_drafts_follow_acceptance_and_look_again_after_rests():
+def test_drafts_are_planned_for_the_whole_step():
+    from models.engine.speculation import StepCost, plan_drafts
+
+    cost = StepCost()
+    cost.extra = 0.1
+    four = [(0, 1), (1, 1), (2, 1), (3, 1)]
+    # A reply alone that copies drafts long; one that guesses poorly does not draft.
+    assert plan_drafts([(0, 1)], {0: (8, 0.95)}, cost, 512, False) == {0: 8}
+    assert plan_drafts([(0, 1)], {0: (8, 0.1)}, cost, 512, False) == {}
+    # Beside three others, one reply's draft is a second pass over the weights: a weak
+    # draft is left out there, though it would pay for a reply alone.
+    assert plan_drafts([(0, 1)], {0: (3, 0.8)}, cost, 512, False) == {0: 3}
+    assert plan_drafts(four, {0: (3, 0.8)}, cost, 512, True) == {}
+    # Four replies that copy draft together, at one length: one pass.
+    assert plan_drafts(four, {i: (8, 0.95) for i in range(4)}, cost, 512, True) == \
+        {i: 8 for i in range(4)}
+    # With a single KV stream nothing splits: the weak draft pays again.
+    assert plan_drafts(four, {0: (3, 0.8)}, cost, 512, False) == {0: 3}
+
+
+def test_drafts_follow_acceptance_and_are_watched_when_they_do_not_pay():
     from models.engine.speculation import StepCost, LookupDrafter
 
-    cheap = StepCost()
-    cheap.extra = 0.05
-    drafter = LookupDrafter(max_length=8, max_ngram=3, capacity=100, cost=cheap)
+    cost = StepCost()
+    cost.extra = 0.3
+    drafter = LookupDrafter(max_length=8, max_ngram=2, capacity=100, cost=cost)
     copy = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-    assert drafter.propose(copy, [1, 2], room=50) == copy[2:8]  # optimistic at first
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]  # hopeful at first
     assert drafter.propose(copy, [1, 2], room=3) == copy[2:5]  # never past the room
     assert drafter.propose(copy, [12, 1], room=50) == []  # a single token is no match
     for _ in range(8):
         drafter.update(4, 0)  # every guess wrong: not worth drafting
     assert drafter.acceptance < 0.1
-    looks = [drafter.propose(copy, [1, 2], room=50) for _ in range(8)]
-    # A short look at once, then after a rest of 1 step, then of 2, then of 4.
-    assert [len(d) for d in looks] == [2, 0, 2, 0, 0, 2, 0, 0]
-    for _ in range(8):
-        drafter.update(8, 8)  # copying again
-    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]
-    assert (drafter.drafted, drafter.accepted) == (8 * 4 + 8 * 8, 8 * 8)
+    # Nothing is offered now: the draft found is watched, and the next look waits.
+    assert drafter.propose(copy, [1, 2], room=50) == []
+    drafter.observe([3, 4])  # the reply picks what the draft guessed...
+    assert drafter.propose(copy, [1, 2], room=50) == []  # (still watching: no look)
+    drafter.observe([5, 99])  # ...then departs from it: 3 of 8 kept
+    assert 0.1 < drafter.acceptance < 0.3
+    for _ in range(12):  # the reply copies whatever it watches
+        drafter.propose(copy, [1, 2], room=50)
+        drafter.observe(copy[2:10])
+    assert drafter.acceptance > 0.4
+    assert drafter.propose(copy, [1, 2], room=50) == copy[2:10]  # offered again
+    assert (drafter.drafted, drafter.accepted) == (8 * 4, 0)  # watching drafts nothing
 
 
 def test_greedy_reply_is_unchanged_and_drafts_are_accepted(smollm2_engine):

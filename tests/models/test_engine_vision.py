@@ -4,7 +4,8 @@ Oracle: transformers on the same checkpoint (``vision_oracle``), with the prompt
 as llama-server lays it out. The engine's greedy reply must be transformers' greedy reply,
 token for token, with log-probabilities close enough that every preprocessing mistake in
 ``WRONG_PREPROCESSING`` (BGR, a flip, wrong mean/std, unscaled pixels) is told apart.
-Qwen2-VL and Qwen2.5-VL (M-RoPE positions) are checked the same way, on libmtmd's layout.
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL (M-RoPE positions) are checked the same way, on libmtmd's
+layout; SmolVLM (Idefics3, a picture cut into tiles) too.
 """
 
 from __future__ import annotations
@@ -297,13 +298,16 @@ def test_m_rope_images_are_placed_as_libmtmd_places_them(tmp_path, family):
 
 
 # Largest |Δ log-probability| against transformers seen: 8e-5 (Qwen2-VL), 1.3e-3
-# (Qwen2.5-VL); the smallest a wrong preprocessing moved a token: 3.6e-3 (a flip), 4.8e-3 (BGR).
-@pytest.mark.parametrize("family, tolerance, apart", [("qwen2vl", 2.5e-4, 10), ("qwen2_5_vl", 2e-3, 2)])
+# (Qwen2.5-VL), 7.3e-4 (Qwen3-VL); the smallest a wrong preprocessing moved a token: 3.6e-3
+# (a flip), 4.8e-3 (BGR) for Qwen2.x, 0.29 (mean/std 0.5) for Qwen3-VL.
+@pytest.mark.parametrize("family, tolerance, apart", [("qwen2vl", 2.5e-4, 10), ("qwen2_5_vl", 2e-3, 2),
+                                                      ("qwen3vl", 2e-3, 10)])
 def test_m_rope_reply_about_an_image_equals_transformers(tmp_path, family, tolerance, apart):
-    """Qwen2-VL and Qwen2.5-VL end to end: the engine's greedy reply (through the chat
-    template, libmtmd's prompt layout and M-RoPE positions) is transformers' on the same
-    checkpoint, token for token; each preprocessing mistake moves some token's
-    log-probability more than ``apart`` times the tolerance."""
+    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL end to end: the engine's greedy reply (through the
+    chat template, libmtmd's prompt layout and M-RoPE positions; Qwen3-VL's interleaved
+    sections and deepstack slices) is transformers' on the same checkpoint, token for
+    token; each preprocessing mistake moves some token's log-probability more than
+    ``apart`` times the tolerance."""
     from models.engine.chat_template import render_chat
     from tests.models.mtmd_oracle import mtmd_greedy
 
@@ -326,6 +330,53 @@ def test_m_rope_reply_about_an_image_equals_transformers(tmp_path, family, toler
     for mistake in WRONG_PREPROCESSING:
         wrong = oracle.logprobs(layout, oracle.pixels(PICTURE, mistake), tokens)
         assert np.max(np.abs(np.subtract(wrong, expected))) > apart * tolerance, mistake
+
+
+def test_a_tiled_picture_counts_as_one_picture():
+    """libmtmd gives one chunk per tile and the overview, each with the picture's id; the
+    same picture sent twice gives the same ids again: the pictures are told apart by how
+    many chunks one of them makes."""
+    from models.engine.vision import ImageSpan, ImagePrompt, number_pictures
+
+    spans = [ImageSpan(i, 1, None) for i in range(8)]
+    number_pictures(spans, list("aaabaaab"), list("abab"))
+    assert [s.picture for s in spans] == [0, 0, 0, 1, 2, 2, 2, 3]
+    assert [s.last for s in spans] == [False, False, True, True, False, False, True, True]
+    assert ImagePrompt(list(range(8)), {s.start: s for s in spans}).image_count == 4
+
+
+def test_smolvlm_reply_about_a_tiled_picture_equals_transformers(tmp_path):
+    """SmolVLM (Idefics3) end to end: a 96×80 picture is scaled to the longest edge (128),
+    to whole 64-pixel tiles (2×2) and cut, the overview last; libmtmd's layout (row and
+    column markers, the overview after "\n\n") and pixels (its port of Pillow's Lanczos)
+    equal transformers' own image processor's, so the engine's greedy reply is
+    transformers', token for token. Largest |Δ log-probability| seen: 4.6e-4 (3e-4 at
+    128×128, 1.9e-4 at 50×128, a 1×2 grid); the smallest a wrong preprocessing moved a
+    token: 0.45 (mean/std 0.5)."""
+    from models.engine.chat_template import render_chat
+    from tests.models.mtmd_oracle import mtmd_greedy
+    from tests.models.vision_oracle import Idefics3Oracle
+
+    ck = write_tiny_vision_checkpoint(tmp_path / "smolvlm", "smolvlm")
+    text, projector = convert_with_projector(ck.path, tmp_path / "smolvlm.gguf", "f32")
+    picture = sample_picture(96)[:, :80].copy()
+    (tmp_path / "picture.png").write_bytes(png_bytes(picture))
+    with EngineClient() as client:
+        client.load(text, LoadSettings(**SETTINGS, mmproj=str(projector)))
+        reply = client.chat([_message(png_bytes(picture), "What is this?")], GREEDY).wait()
+    assert (reply.stats.images, reply.stats.images_encoded, reply.stats.image_tokens) == (1, 1, 5 * 16)
+    template = json.loads((ck.path / "tokenizer_config.json").read_text())["chat_template"]
+    prompt = render_chat(template, [{"role": "user", "content": "<__media__>What is this?"}])
+    layout = mtmd_greedy(text, projector, prompt, [tmp_path / "picture.png"], 1)["layout"]
+    assert reply.stats.prompt_tokens == sum(len(c.get("text", ())) + c.get("image", 0) for c in layout)
+    oracle = Idefics3Oracle(ck.path)
+    tokens, expected = oracle.greedy(layout, oracle.pixels(picture), GREEDY.max_tokens)
+    pieces, ours = _reply_tokens(reply)
+    assert pieces == [oracle.token_bytes(t) for t in tokens]
+    assert np.max(np.abs(np.subtract(ours, expected))) < 2e-3
+    for mistake in WRONG_PREPROCESSING:
+        wrong = oracle.logprobs(layout, oracle.pixels(picture, mistake), tokens)
+        assert np.max(np.abs(np.subtract(wrong, expected))) > 20e-3, mistake
 
 
 @pytest.mark.parametrize("outtype, tolerance", [("f32", 1e-3), ("f16", 1e-3), ("q8_0", 1e-2)])

@@ -101,8 +101,8 @@ class Gemma3Oracle:
 
 
 class Qwen2VLOracle:
-    """A tiny Qwen2-VL or Qwen2.5-VL image-text checkpoint in transformers, float32, eager
-    attention.
+    """A tiny Qwen2-VL, Qwen2.5-VL or Qwen3-VL image-text checkpoint in transformers,
+    float32, eager attention (Qwen3-VL's positions and patch order are Qwen2-VL's).
 
     The prompt is the one libmtmd builds (its text chunks' token ids, and each image chunk
     as that many ``image_token_id`` placeholders); positions follow M-RoPE as both define
@@ -121,7 +121,7 @@ class Qwen2VLOracle:
         self.config = json.loads((self.dir / "config.json").read_text())
         self.preprocessor = json.loads((self.dir / "preprocessor_config.json").read_text())
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.dir)
-        model_class = getattr(transformers, self.config["architectures"][0])  # Qwen2-VL or Qwen2.5-VL
+        model_class = getattr(transformers, self.config["architectures"][0])  # Qwen2-VL ... Qwen3-VL
         self.model = model_class.from_pretrained(self.dir, dtype=torch.float32, attn_implementation="eager").eval()
 
     def pixels(self, picture: np.ndarray, mistake: str | None = None) -> tuple:
@@ -187,3 +187,53 @@ class Qwen2VLOracle:
 
         decode = byte_level_decoder()
         return [decode[c] for c in self.tokenizer.convert_ids_to_tokens([token])[0]]
+
+
+class Idefics3Oracle:
+    """A tiny SmolVLM (Idefics3) image-text checkpoint in transformers, float32, eager attention.
+
+    The prompt is the one libmtmd builds (its text chunks' token ids, each image chunk as
+    that many ``image_token_id`` placeholders). Pixels come from transformers' own
+    Idefics3 image processor (its Pillow backend, as transformers picks without
+    torchvision): the picture scaled to the longest edge, then to whole tiles, cut into
+    tiles row by row, and the overview last, all resized with Pillow's Lanczos filter —
+    which libmtmd's resampler ports, fixed-point arithmetic included.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        import transformers
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+        self.torch = torch
+        self.dir = Path(model_dir)
+        self.config = json.loads((self.dir / "config.json").read_text())
+        self.preprocessor = json.loads((self.dir / "preprocessor_config.json").read_text())
+        self.processor = Idefics3ImageProcessorPil.from_pretrained(self.dir)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.dir)
+        self.model = transformers.Idefics3ForConditionalGeneration.from_pretrained(
+            self.dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+    def pixels(self, picture: np.ndarray, mistake: str | None = None):
+        """``pixel_values`` (1 × images × 3 × tile × tile): the picture's tiles and overview;
+        with a ``mistake``, each of them preprocessed that wrong way instead."""
+        values = self.processor(images=[picture], return_tensors="np")["pixel_values"]
+        if mistake is not None:
+            mean = np.asarray(self.preprocessor["image_mean"], np.float32)
+            std = np.asarray(self.preprocessor["image_std"], np.float32)
+            images = [x.transpose(1, 2, 0) * std + mean for x in values[0]]  # back to 0..1, HWC
+            values = np.stack([WRONG_PREPROCESSING[mistake](x, self.preprocessor) for x in images])[None]
+        return self.torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+
+    def _log_softmax_rows(self, layout: list[dict], pixels, reply: list[int], rows):
+        torch = self.torch
+        image = self.config["image_token_id"]
+        ids = [i for chunk in layout for i in (chunk["text"] if "text" in chunk else [image] * chunk["image"])]
+        assert image not in [i for c in layout for i in c.get("text", [])]
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([ids + reply]), pixel_values=pixels).logits[0].double()
+        return torch.log_softmax(logits[rows], dim=-1)
+
+    greedy = Qwen2VLOracle.greedy
+    logprobs = Qwen2VLOracle.logprobs
+    token_bytes = Qwen2VLOracle.token_bytes

@@ -25,10 +25,29 @@ def reference_source() -> Path:
         return unpack_sdist(Path(default_cache_dir()), log)
 
 
-def reference_convert(model_dir: Path, out: Path, outtype: str, mmproj: bool = False) -> Path:
-    """Run ``convert_hf_to_gguf.py`` on ``model_dir``; the written file's path."""
+#: Runs the converter with its BPE pre-tokenizer name given (argv[1]) instead of looked up
+#: by the hash of a check text, which a tokenizer trained anew (the factory's) never matches.
+_NAMED_PRE_TOKENIZER = """
+import runpy, sys
+from conversion.base import TextModel
+name = sys.argv.pop(1)
+TextModel.get_vocab_base_pre = lambda self, tokenizer: name
+sys.argv[0] = "convert_hf_to_gguf.py"
+runpy.run_path("convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+
+def reference_convert(model_dir: Path, out: Path, outtype: str, mmproj: bool = False,
+                      pre_tokenizer: str | None = None) -> Path:
+    """Run ``convert_hf_to_gguf.py`` on ``model_dir``; the written file's path.
+
+    ``pre_tokenizer`` names the BPE pre-tokenizer for the reference as ``quantdesk convert
+    --pre-tokenizer`` does for ours (the factory's tokenizers are trained anew: their
+    check-text hash is in no table).
+    """
     source = reference_source()
-    args = [sys.executable, str(source / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", outtype,
+    script = ["-c", _NAMED_PRE_TOKENIZER, pre_tokenizer] if pre_tokenizer else [str(source / "convert_hf_to_gguf.py")]
+    args = [sys.executable, *script, str(model_dir), "--outtype", outtype,
             "--outfile", str(out)] + (["--mmproj"] if mmproj else [])
     proc = subprocess.run(args, cwd=source, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:

@@ -8,6 +8,8 @@ output type (Q8_0 included) and several storage types.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from gguf import GGUFReader
@@ -77,7 +79,7 @@ def test_smolvlm_text_model_is_its_llama(checkpoints, tmp_path):
     same weights in a plain LlamaForCausalLM checkpoint)."""
     from tests.factory.checkpoints import write_tiny_checkpoint
 
-    plain = write_tiny_checkpoint(tmp_path / "plain", arch="smollm", dtype="bfloat16")
+    plain = write_tiny_checkpoint(tmp_path / "plain", arch="smolvlm", dtype="bfloat16")
     a = convert(plain.path, tmp_path / "a.gguf", "bf16")
     b = convert(checkpoints["smolvlm", "bfloat16"].path, tmp_path / "b.gguf", "bf16")
     fields = {f.name: f.contents() for f in GGUFReader(b).fields.values()}
@@ -93,6 +95,47 @@ def test_qwen_vl_text_model_is_qwen2vl_with_its_rope_sections(checkpoints, tmp_p
     names = {t.name for t in GGUFReader(projector).tensors}
     assert {"v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.0.attn_q.bias", "v.blk.3.ffn_gate.weight",
             "mm.0.weight", "mm.2.bias"} <= names
+
+
+@pytest.mark.parametrize("dtype, outtype", [("float32", "f32"), ("float16", "f16"), ("bfloat16", "q8_0")])
+def test_qwen3vl_encoder_equals_llama_cpp_converter(tmp_path, dtype, outtype):
+    """Qwen3-VL's mmproj (fused QKV, learned positions, deepstack mergers under their
+    blocks' numbers) as convert_hf_to_gguf.py --mmproj writes it."""
+    ck = write_tiny_vision_checkpoint(tmp_path / "qwen3vl", "qwen3vl", dtype=dtype, shards=2,
+                                      generation_config=GENERATION)
+    _, projector = convert_with_projector(ck.path, tmp_path / "qwen3vl.gguf", outtype)
+    reference = reference_convert(ck.path, tmp_path / "reference.gguf", outtype, mmproj=True)
+    assert gguf_differences(projector, reference) == []
+    fields = {f.name: f.contents() for f in GGUFReader(projector).fields.values()}
+    assert fields["clip.projector_type"] == "qwen3vl_merger"
+    assert fields["clip.vision.is_deepstack_layers"] == [True, False, True]
+    names = {t.name for t in GGUFReader(projector).tensors}
+    assert {"v.blk.2.attn_qkv.weight", "v.deepstack.2.fc2.bias", "v.patch_embd.weight.1", "v.patch_embd.bias",
+            "v.position_embd.weight", "mm.2.weight"} <= names
+
+
+def test_qwen3vl_text_model_equals_llama_cpp_converter(tmp_path):
+    """Qwen3-VL's text model: ``qwen3vl`` with interleaved M-RoPE sections and the number of
+    deepstack layers, as convert_hf_to_gguf.py writes it (told the tiny tokenizer's
+    pre-tokenizer, whose hash no table knows)."""
+    ck = write_tiny_vision_checkpoint(tmp_path / "qwen3vl", "qwen3vl", dtype="bfloat16")
+    text, _ = convert_with_projector(ck.path, tmp_path / "qwen3vl.gguf", "f16")
+    reference = reference_convert(ck.path, tmp_path / "reference.gguf", "f16", pre_tokenizer="qwen2")
+    assert gguf_differences(text, reference) == []
+    fields = {f.name: f.contents() for f in GGUFReader(text).fields.values()}
+    assert fields["general.architecture"] == "qwen3vl" and fields["qwen3vl.n_deepstack_layers"] == 2
+    assert fields["qwen3vl.rope.dimension_sections"] == [2, 3, 3, 0]
+
+
+def test_qwen3vl_with_as_many_deepstack_slices_as_layers_is_refused(tmp_path):
+    """llama.cpp's qwen3vl graph would abort on the last layer's slice: a sentence instead."""
+    ck = write_tiny_vision_checkpoint(tmp_path / "qwen3vl", "qwen3vl")
+    config = json.loads((ck.path / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 2
+    (ck.path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(QuantDeskError, match="2 deepstack slices to a text model of 2 layers"):
+        convert_with_projector(ck.path, tmp_path / "out.gguf", "f16")
+    assert not list(tmp_path.glob("*.gguf"))
 
 
 def test_convert_writes_the_projector_beside_the_default_output(tmp_path):

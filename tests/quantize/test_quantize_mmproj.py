@@ -19,7 +19,7 @@ from tests.factory.vision import write_tiny_vision_checkpoint
 from tests.quantize.llama_quant_oracle import llama_quantize
 from tests.quantize.model_files import describe_differences
 
-FAMILIES = ("gemma3", "smolvlm", "qwen2vl", "qwen2_5_vl")
+FAMILIES = ("gemma3", "smolvlm", "qwen2vl", "qwen2_5_vl", "qwen3vl")
 TYPES = ("Q8_0", "F16", "Q4_K_M")
 
 

@@ -28,7 +28,7 @@ from typing import Optional
 from PySide6.QtCore import QStringListModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
-    QListView, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
+    QListView, QProgressBar, QPushButton, QSizePolicy, QSlider, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from app.core.quality_checks import MeasureSettings, imatrix_for_plan, measuring_source
@@ -179,6 +179,7 @@ class QuantizePage(Page):
         self.types_model.checked_changed.connect(self._update_buttons)
         self.types_model.checked_changed.connect(self._make_matrix_when_needed)
         right.addWidget(self.types_view, 1)
+        right.addWidget(self._build_fit())
         buttons = QHBoxLayout()
         self.start_button = QPushButton("Start quantizing")
         self.start_button.setAccessibleName("Start quantizing")
@@ -230,6 +231,74 @@ class QuantizePage(Page):
         outer.addWidget(self.quality_panel)
         self._imatrix_mode_changed()
         self._update_buttons()
+
+    def _build_fit(self) -> QGroupBox:
+        """"Fit to size": one file of at most the chosen size, each tensor's type chosen by
+        measurement; the slider's ends are the smallest and largest files that can be made."""
+        box = QGroupBox("Fit to size")
+        layout = QVBoxLayout(box)
+        self.fit_check = QCheckBox("Fit to size instead of the checked types: the least loss that fits")
+        self.fit_check.setAccessibleName("Fit to size")
+        self.fit_check.toggled.connect(self._fit_changed)
+        layout.addWidget(self.fit_check)
+        row = QHBoxLayout()
+        self.fit_slider = QSlider(Qt.Orientation.Horizontal)
+        self.fit_slider.setAccessibleName("Target size")
+        self.fit_slider.setEnabled(False)
+        self.fit_slider.valueChanged.connect(self._fit_changed)
+        self.fit_size_label = QLabel("–")
+        self.fit_size_label.setObjectName("fitSize")
+        self.fit_size_label.setMinimumWidth(90)
+        row.addWidget(self.fit_slider, 1)
+        row.addWidget(self.fit_size_label)
+        layout.addLayout(row)
+        self.fit_verdict_label = QLabel("")
+        self.fit_verdict_label.setObjectName("fitVerdict")
+        self.fit_verdict_label.setWordWrap(True)
+        layout.addWidget(self.fit_verdict_label)
+        return box
+
+    def fit_size(self) -> Optional[int]:
+        """The chosen target size in bytes, or ``None`` when "Fit to size" is off or unknown."""
+        if not self.fit_check.isChecked() or self.input is None or self.input.fit_range is None:
+            return None
+        smallest, largest = self.input.fit_range
+        return min(largest, max(smallest, self.fit_slider.value() * 1024))
+
+    def _fit_changed(self, *_args) -> None:
+        from quantize.plan import format_size
+
+        fit_range = self.input.fit_range if self.input is not None else None
+        self.fit_slider.setEnabled(self.fit_check.isChecked() and fit_range is not None)
+        if fit_range is None:
+            self.fit_size_label.setText("–")
+            self.fit_verdict_label.setText("")
+        else:
+            size = min(fit_range[1], max(fit_range[0], self.fit_slider.value() * 1024))
+            self.fit_size_label.setText(format_size(size))
+            verdict, reason = self.input.memory_verdict(size)
+            words = {"fits": "Fits this computer", "tight": "Tight on this computer",
+                     "won't fit": "Won't fit this computer"}.get(verdict or "", "")
+            self.fit_verdict_label.setText(
+                f"{words} — {reason}" if words else
+                f"Files from {format_size(fit_range[0])} to {format_size(fit_range[1])} can be made.")
+        self._update_buttons()
+
+    def _set_fit_range(self, fit_range: Optional[tuple[int, int]]) -> None:
+        """The slider's ends: the smallest and largest possible file (KiB steps); it keeps
+        its place in between when the range changes, and starts in the middle."""
+        if fit_range is None:
+            self._fit_changed()
+            return
+        low, high = -(-fit_range[0] // 1024), fit_range[1] // 1024
+        old_min, old_max, old = self.fit_slider.minimum(), self.fit_slider.maximum(), self.fit_slider.value()
+        share = (old - old_min) / (old_max - old_min) if old_max > old_min else 0.5
+        self.fit_slider.blockSignals(True)
+        self.fit_slider.setRange(low, max(low, high))
+        self.fit_slider.setPageStep(max(1, (high - low) // 20))
+        self.fit_slider.setValue(int(low + share * (high - low)))
+        self.fit_slider.blockSignals(False)
+        self._fit_changed()
 
     def _build_measuring(self) -> QGroupBox:
         """The texts and chunking of importance matrices and quality checks."""
@@ -378,6 +447,7 @@ class QuantizePage(Page):
             self.fact_labels[key].setText(value)
         self.fact_labels["Model"].setToolTip(result.description)
         self.types_model.set_rows(result.rows)
+        self._set_fit_range(result.fit_range)
         self._update_buttons()
         self.planned.emit()
 
@@ -421,16 +491,19 @@ class QuantizePage(Page):
 
     # ----------------------------------------------------------------- jobs
     def start(self) -> Optional[QueuedJob]:
-        """Queue one job for every checked type; it starts at once if nothing else runs."""
-        if self.input is None or not self.types_model.checked():
+        """Queue one job for every checked type (or the fit to size); it starts at once if
+        nothing else runs."""
+        fit_size = self.fit_size()
+        if self.input is None or not (fit_size or self.types_model.checked()):
             return None
         self.banner.clear()
         folder_text = self.folder_edit.text().strip()
-        request = QuantizeRequest(self.input.path, self.types_model.checked(), self._options(),
+        request = QuantizeRequest(self.input.path, [] if fit_size else self.types_model.checked(), self._options(),
                                   Path(folder_text).expanduser() if folder_text else None,
-                                  self.pattern_edit.text().strip() or DEFAULT_PATTERN, self._imatrix_recipe())
+                                  self.pattern_edit.text().strip() or DEFAULT_PATTERN, self._imatrix_recipe(),
+                                  fit_size=fit_size)
         try:
-            request.targets()  # a bad pattern is said now, not when the job starts
+            request.fit_path() if fit_size else request.targets()  # a bad pattern is said now, not at the start
             if request.imatrix_from is not None:  # and a folder or a missing text file too
                 measuring_source(request.input)
                 request.imatrix_from.text()
@@ -450,7 +523,7 @@ class QuantizePage(Page):
         self._stages = StageClock(job.started)
         request = job.request
         self._set_bar(0.0)
-        self.progress_label.setText(f"Starting {', '.join(request.types)} for {Path(request.input).name} …")
+        self.progress_label.setText(f"Starting {request.describe()} for {Path(request.input).name} …")
         self._job_worker = start_job(
             lambda report, cancel: run_quantize(request, report, cancel),
             lambda result: self._job_done(job, result),
@@ -559,7 +632,8 @@ class QuantizePage(Page):
 
     def _update_buttons(self) -> None:
         busy = self.input is not None and self.queue.is_busy(self.input.path)
-        self.start_button.setEnabled(self.input is not None and bool(self.types_model.checked()) and not busy)
+        wanted = bool(self.types_model.checked()) or self.fit_size() is not None
+        self.start_button.setEnabled(self.input is not None and wanted and not busy)
         self.cancel_button.setEnabled(self._job_worker is not None)
         self.chat_button.setEnabled(self.outputs_model.rowCount() > 0)
         self.check_button.setEnabled(self._last_done is not None and bool(self._last_done.outputs)

@@ -161,7 +161,7 @@ class Architecture:
 
 ARCHITECTURES: dict[str, Architecture] = {}
 _MODULES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mixtral", "qwen_moe",
-            "olmoe", "qwen2vl")
+            "olmoe", "qwen2vl", "qwen3vl")
 
 
 def register(arch: Architecture) -> Architecture:

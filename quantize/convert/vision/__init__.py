@@ -83,8 +83,9 @@ class VisionFamily:
             are always read as float32 and rewritten).
         vision_config: ``vision_config`` with the values transformers assumes when
             config.json leaves them out.
-        pieces: ``(canonical_name, shape) -> [Piece]`` for checkpoint tensors llama.cpp
-            wants as several, else ``None``.
+        pieces: ``(canonical_name, shape, vision_config) -> [Piece]`` for checkpoint
+            tensors llama.cpp wants as several (or under a name the config decides), else
+            ``None``.
     """
 
     hf_classes: tuple[str, ...]
@@ -97,7 +98,7 @@ class VisionFamily:
     rewrite: Optional[Callable[[str, np.ndarray], np.ndarray]] = None
     rewritten: Callable[[str], bool] = lambda name: False
     vision_config: Callable[[dict], dict] = lambda vision: vision
-    pieces: Optional[Callable[[str, tuple], Optional[list[Piece]]]] = None
+    pieces: Optional[Callable[[str, tuple, dict], Optional[list[Piece]]]] = None
 
     def gguf_name(self, canonical_name: str) -> Optional[str]:
         """The mmproj name of a canonical HF tensor name, or ``None`` when not known."""
@@ -114,7 +115,7 @@ class VisionFamily:
 
 
 VISION_FAMILIES: dict[str, VisionFamily] = {}
-_MODULES = ("gemma3", "smolvlm", "qwenvl")
+_MODULES = ("gemma3", "smolvlm", "qwenvl", "qwen3vl")
 
 
 def register(family: VisionFamily) -> VisionFamily:

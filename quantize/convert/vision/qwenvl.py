@@ -65,19 +65,24 @@ def qwen_metadata(vision: dict, config: dict, preprocessor: dict, n_embd_text: i
     return out
 
 
-def qwen_pieces(name: str, shape: tuple) -> Optional[list[Piece]]:
+def patch_embedding_frames(name: str, shape: tuple) -> list[Piece]:
+    """The Conv3D patch embedding → its two time slices (``v.patch_embd.weight``, ``.1``)."""
+    if len(shape) != 5 or shape[2] != 2:
+        raise QuantDeskError(f"{name} has the shape {list(shape)}; llama.cpp reads Qwen-VL patch "
+                             "embeddings of two frames only.", "This checkpoint cannot be converted.")
+    flat = (shape[0], shape[1], shape[3], shape[4])
+    return [Piece("v.patch_embd.weight", flat, lambda v: v[:, :, 0], gguf=True),
+            Piece("v.patch_embd.weight.1", flat, lambda v: v[:, :, 1], gguf=True)]
+
+
+def qwen_pieces(name: str, shape: tuple, vision: dict) -> Optional[list[Piece]]:
     """Fused Q/K/V → three tensors; the Conv3D patch embedding → its two time slices."""
     if ".qkv." in name:
         third = shape[0] // 3
         return [Piece(name.replace("qkv", part), (third, *shape[1:]),
                       lambda v, i=i: v[i * third:(i + 1) * third]) for i, part in enumerate("qkv")]
     if "patch_embed.proj.weight" in name:
-        if len(shape) != 5 or shape[2] != 2:
-            raise QuantDeskError(f"{name} has the shape {list(shape)}; llama.cpp reads Qwen-VL patch "
-                                 "embeddings of two frames only.", "This checkpoint cannot be converted.")
-        flat = (shape[0], shape[1], shape[3], shape[4])
-        return [Piece("v.patch_embd.weight", flat, lambda v: v[:, :, 0], gguf=True),
-                Piece("v.patch_embd.weight.1", flat, lambda v: v[:, :, 1], gguf=True)]
+        return patch_embedding_frames(name, shape)
     return None
 
 

@@ -220,3 +220,28 @@ def test_quantdesk_path_on_the_command_line_opens_quantize(qtbot, tiny_hf):
         window.show()
     assert window.current_page() is page and page.input.path == tiny_hf
     window.close()
+
+
+def test_fit_to_size_writes_a_file_within_the_chosen_size(qtbot, window, tiny_hf):
+    from quantize.fit import fit_bounds, fit_problem
+    from quantize.job import open_source
+
+    page = _drop_and_plan(qtbot, window, tiny_hf)
+    source = open_source(tiny_hf)
+    try:
+        smallest, largest = fit_bounds(fit_problem(source))
+    finally:
+        source.close()
+    assert page.input.fit_range == (smallest, largest)
+    assert not page.fit_slider.isEnabled() and not page.start_button.isEnabled()
+    page.fit_check.setChecked(True)  # the slider's ends are the smallest and largest possible files
+    assert page.fit_slider.isEnabled() and page.start_button.isEnabled()
+    assert page.fit_slider.minimum() * 1024 >= smallest and page.fit_slider.maximum() * 1024 <= largest
+    page.fit_slider.setValue(page.fit_slider.minimum() + (page.fit_slider.maximum() - page.fit_slider.minimum()) // 3)
+    target = page.fit_size()
+    assert page.fit_size_label.text() and page.fit_verdict_label.text()
+    with qtbot.waitSignal(page.job_finished, timeout=120000) as done:
+        qtbot.mouseClick(page.start_button, Qt.MouseButton.LeftButton)
+    [output] = done.args[0]
+    assert output.name.startswith("tiny-hf-fit-") and output.stat().st_size <= target
+    assert output.with_name(output.stem + ".recipe.json").exists()

@@ -1,0 +1,184 @@
+"""Fitted files against stock types: mean KL divergence at the same size, by llama.cpp's own tool.
+
+For a model (an F16 GGUF), with and without an importance matrix:
+
+1. every stock type QuantDesk writes (those needing an importance matrix only with one) is
+   quantized in one pass — the time is the stock types' cost;
+2. for each reference size (by default Q3_K_M's, Q4_K_M's and Q5_K_M's file), a file is
+   fitted to that size (``quantdesk quantize --target-size``, timed: activations,
+   measuring, choosing and writing);
+3. every file's mean KLD, "same top" and perplexity against the F16 source is measured by
+   ``llama-perplexity --kl-divergence`` built from the pinned llama.cpp, on **held-out text**
+   that no step above saw (Python's own documentation topics, ``pydoc_data``); the fit's
+   activations (measured once and shared by the fits; their time is printed apart) and the
+   importance matrix come from QuantDesk's built-in calibration text. Stock types smaller
+   than ``--window`` (0.9) times the smallest target are not measured (to save time);
+4. the table: each fitted file beside the best stock type of its size or smaller, and the
+   KLD change (the goal: at least 10 % lower).
+
+    python tests/benchmarks/bench_fit_size.py [--model F16.gguf] [--llama-tools DIR] \\
+        [--chunks 10] [--sizes Q3_K_M,Q4_K_M,Q5_K_M] [--modes none,imatrix] [--work DIR]
+
+Without --model, SmolLM2-135M-Instruct (the test model, shipped as Q4_1) is widened to F16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+
+from tests.benchmarks.llama_tools import add_argument, machine_line, require_tools  # noqa: E402
+
+
+def heldout_text(path: Path) -> Path:
+    """Python's documentation topics as plain text: English prose and code no calibration saw."""
+    import pydoc_data.topics as topics
+
+    if not path.exists():
+        path.write_text("\n\n".join(topics.topics[k] for k in sorted(topics.topics)), encoding="utf-8")
+    return path
+
+
+def perplexity(tools, model: Path, args: list[str]) -> str:
+    result = subprocess.run([str(tools.path("llama-perplexity")), "-m", str(model), *args],
+                            env=tools.env(), capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"llama-perplexity failed on {model.name}:\n{result.stderr[-3000:]}")
+    return result.stdout + result.stderr
+
+
+def number(pattern: str, text: str) -> float:
+    match = re.search(pattern, text)
+    if not match:
+        sys.exit(f"could not find {pattern!r} in llama-perplexity's output:\n{text[-2000:]}")
+    return float(match.group(1))
+
+
+def quality(tools, model: Path, common: list[str], base: Path) -> dict:
+    out = perplexity(tools, model, [*common, "--kl-divergence", "--kl-divergence-base", str(base)])
+    return {"kld": number(r"Mean\s+KLD:\s+([-\d.]+)", out), "same_top": number(r"Same top p:\s+([\d.]+)", out),
+            "ppl": number(r"Mean PPL\(Q\)\s*:\s*([\d.]+)", out)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_argument(parser)
+    parser.add_argument("--model", type=Path, help="an F16 GGUF (default: SmolLM2 widened to F16)")
+    parser.add_argument("--chunks", type=int, default=4, help="held-out chunks of 512 tokens")
+    parser.add_argument("--window", type=float, default=0.9,
+                        help="stock types from this fraction of the smallest target's size up are measured")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", default="Q3_K_M,Q4_K_M,Q5_K_M", help="stock types whose sizes are the targets")
+    parser.add_argument("--modes", default="none,imatrix", help="none (no importance matrix), imatrix, or both")
+    parser.add_argument("--calibration-chunks", type=int, default=None,
+                        help="chunks of 512 tokens of the calibration text for the activations and the importance "
+                             "matrix (default: the fit's own, quantize.fit_job.ACTIVATION_CHUNKS)")
+    parser.add_argument("--work", type=Path, help="folder for the files (default: a temporary one)")
+    args = parser.parse_args()
+
+    tools = require_tools(args.llama_tools, build=False, needed=("llama-perplexity",))
+    from app.core.quantize_queue import offered_types
+    from models.quality.runner import MeasureOptions, generate_imatrix, measure_activations
+    from models.quality.text import builtin_text
+    from quantize.fit import FitTarget
+    from quantize.fit_job import ACTIVATION_CHUNKS, fit_model
+    from quantize.ftypes import FILE_TYPES
+    from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="fit-size-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if args.model is None:
+        from tests.conftest import cached_models_dir, fetch_smollm2
+        from tests.quantize.model_files import write_dequantized_f16
+
+        args.model = work / "SmolLM2-F16.gguf"
+        if not args.model.exists():
+            write_dequantized_f16(fetch_smollm2(cached_models_dir()), args.model)
+    text = heldout_text(work / "heldout.txt")
+    common = ["-f", str(text), "-c", "512", "-b", "2048", "-t", str(args.threads), "-fa", "off",
+              "--chunks", str(args.chunks)]
+    print(f"{machine_line()}; model {args.model.name}; held-out text {text.name} ({text.stat().st_size} bytes), "
+          f"{args.chunks} chunks of 512; load {os.getloadavg()[0]:.1f}", flush=True)
+    base = work / "base.kld"
+    if not base.exists():
+        perplexity(tools, args.model, [*common, "--kl-divergence-base", str(base)])
+    size_names = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    rows = []
+    start = time.perf_counter()
+    calibration = args.calibration_chunks or ACTIVATION_CHUNKS
+    activations = measure_activations(args.model, builtin_text(), MeasureOptions(chunks=calibration,
+                                                                                 flash_attn="off"))
+    print(f"activations on the calibration text ({calibration} chunks of 512), once for every fit: "
+          f"{time.perf_counter() - start:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        imatrix = None
+        if mode == "imatrix":
+            imatrix = work / "imatrix.gguf"
+            if not imatrix.exists():
+                generate_imatrix(args.model, builtin_text(), imatrix, MeasureOptions(chunks=calibration,
+                                                                                     flash_attn="off"))
+        folder = work / mode
+        folder.mkdir(exist_ok=True)
+        names = [n for n in offered_types() if FILE_TYPES[n].is_quantized and n not in ("TQ1_0", "TQ2_0", "MXFP4_MOE")
+                 and (imatrix is not None or not FILE_TYPES[n].needs_imatrix)]
+        options = QuantizeOptions(imatrix=imatrix, threads=args.threads)
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        quantize_model(args.model, [QuantizeTarget(FILE_TYPES[n], folder / f"{n}.gguf") for n in names], options)
+        stock_time = time.perf_counter() - start
+        stock = {n: (folder / f"{n}.gguf").stat().st_size for n in names}
+        print(f"[{mode}] {len(names)} stock types in one pass: {stock_time:.1f} s "
+              f"({stock_time / len(names):.1f} s a type), load {load:.1f}", flush=True)
+        limit = max(stock[s] for s in size_names)
+        floor = args.window * min(stock[s] for s in size_names)
+        measured = {}
+        for n in sorted(names, key=stock.get):
+            if floor <= stock[n] <= limit:
+                measured[n] = quality(tools, folder / f"{n}.gguf", common, base)
+                print(f"[{mode}] {n:<8} {stock[n]:>11,} B  KLD {measured[n]['kld']:.5f}  same top "
+                      f"{measured[n]['same_top']:.2f} %  PPL {measured[n]['ppl']:.3f}", flush=True)
+        for s in size_names:
+            out = folder / f"fit-{s}.gguf"
+            load = os.getloadavg()[0]
+            start = time.perf_counter()
+            fit_model(args.model, out, FitTarget(file_size=stock[s]), options=options, activations=activations)
+            fit_time = time.perf_counter() - start
+            q = quality(tools, out, common, base)
+            candidates = {n: m for n, m in measured.items() if stock[n] <= stock[s]}
+            best = min(candidates, key=lambda n: candidates[n]["kld"])
+            change = q["kld"] / candidates[best]["kld"] - 1
+            row = {"mode": mode, "size_of": s, "target": stock[s], "fit_size": out.stat().st_size, **q,
+                   "best_stock": best, "best_stock_size": stock[best], "best_stock_kld": candidates[best]["kld"],
+                   "best_stock_same_top": candidates[best]["same_top"], "best_stock_ppl": candidates[best]["ppl"],
+                   "kld_change": change, "fit_seconds": fit_time, "stock_seconds_per_type": stock_time / len(names),
+                   "load": load}
+            rows.append(row)
+            (work / "results.json").write_text(json.dumps(rows, indent=1))  # kept if the run is stopped
+            print(f"[{mode}] fit to {s} ({stock[s]:,} B): {row['fit_size']:,} B  KLD {q['kld']:.5f}  same top "
+                  f"{q['same_top']:.2f} %  PPL {q['ppl']:.3f} | best stock ≤ size: {best} KLD "
+                  f"{candidates[best]['kld']:.5f} -> {100 * change:+.1f} % | fit {fit_time:.0f} s, load {load:.1f}",
+                  flush=True)
+    (work / "results.json").write_text(json.dumps(rows, indent=1))
+    print("\n| imatrix | size of | fitted file | KLD | same top | PPL | best stock ≤ size | its KLD | same top | PPL "
+          "| KLD change | fit time | stock time/type | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['size_of']} ({r['target']:,} B) | {r['fit_size']:,} B | {r['kld']:.5f} | "
+              f"{r['same_top']:.2f} % | {r['ppl']:.3f} | {r['best_stock']} ({r['best_stock_size']:,} B) | "
+              f"{r['best_stock_kld']:.5f} | {r['best_stock_same_top']:.2f} % | {r['best_stock_ppl']:.3f} | "
+              f"{100 * r['kld_change']:+.1f} % | {r['fit_seconds']:.0f} s | {r['stock_seconds_per_type']:.1f} s | "
+              f"{r['load']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
