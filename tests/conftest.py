@@ -37,10 +37,15 @@ def cached_models_dir() -> Path:
 # time; a change to quantize/blocks recompiles. test_blocks_compiled.py checks the app's
 # own cache folder in subprocesses that drop this variable.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cached_models_dir() / "numba-kernels"))
-# Engines started by the tests draft as on an idle machine (one more token in a step costs
-# a tenth of a step) instead of measuring it, so what is drafted, and so what the
-# speculative tests see, does not depend on how busy the machine is (speculation.COST_ENV).
-os.environ.setdefault("QUANTDESK_DRAFT_TOKEN_COST", "0.1")
+
+
+def pytest_configure(config) -> None:
+    """Engines started by the tests draft as on an idle machine (one more token in a step
+    costs a tenth of a step) instead of measuring it, so what is drafted, and so what the
+    speculative tests see, does not depend on how busy the machine is
+    (speculation.COST_ENV). Set here, not at import: the benchmarks import this module for
+    its model downloads, and their servers must measure the cost as the app does."""
+    os.environ.setdefault("QUANTDESK_DRAFT_TOKEN_COST", "0.1")
 
 
 def fetch_smollm2(cache: Path) -> Path:

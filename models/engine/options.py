@@ -86,7 +86,7 @@ class ChatOptions:
     ignore_eos: bool = False
     speculative: str = "prompt_lookup"
     draft_tokens: int = 8
-    ngram_size: int = 3
+    ngram_size: int = 8
     response_format: str = "text"
     schema: Optional[Any] = None
     grammar: str = ""
@@ -227,7 +227,7 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
                              f"Choose one of: {', '.join(SPECULATIVE_MODES)}.")
     _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
              "Use 8; more helps only when replies copy long passages.")
-    _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 3.")
+    _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 8.")
     if options.thinking is not None and not isinstance(options.thinking, bool):
         raise QuantDeskError("The option thinking must be on, off or the model's default.",
                              "Choose on, off, or leave it unset.")

@@ -10,8 +10,8 @@ quantizable weight). Each type is quantized by ``quantdesk quantize --type T --i
 --threads N`` and by ``llama-quantize --imatrix M IN OUT T N`` (its libraries beside it,
 the ``quantize.imatrix.*`` keys llama-quantize adds), both whole processes after
 ``os.sync()``, the two taking turns; the best wall time and CPU time of each, their
-ratio (goal: ≤ 0.5, ≤ 0.33 for IQ1_M and IQ2_XXS) and whether the files are
-byte-identical are printed. A type that needs no importance matrix is run with it too,
+ratio (goal: ≤ 0.5, ≤ 0.33 for IQ1_M and IQ2_XXS), whether the files are
+byte-identical and the load average after the type's runs are printed. A type that needs no importance matrix is run with it too,
 as people quantize these types.
 
 Building llama-quantize from the sdist (about 10 minutes on 2 cores)::
@@ -67,7 +67,7 @@ def bench_type(name: str, src: Path, imatrix: Path, workdir: Path, quantdesk: li
     best_ours, best_tool = min(r.wall for r in ours_runs), min(r.wall for r in tool_runs)
     print(f"| {name} | {best_ours:.1f} (CPU {min(r.cpu for r in ours_runs):.1f}) | {best_tool:.1f} "
           f"(CPU {min(r.cpu for r in tool_runs):.1f}) | {best_ours / best_tool:.2f} | ≤ {GOAL.get(name, 0.5)} | "
-          f"{'yes' if problem is None else 'NO: ' + problem} |", flush=True)
+          f"{'yes' if problem is None else 'NO: ' + problem} | {os.getloadavg()[0]:.1f} |", flush=True)
     fresh(ours, ref)
 
 
@@ -98,8 +98,8 @@ def main() -> int:
           f"{args.threads} threads, best of {args.repeats}; work folder {workdir}")
     warm = timed([sys.executable, "-c", COMPILE], env)
     print(f"first use: every kernel compiled into the work folder's cache, grids built: {warm.wall:.1f} s")
-    print("\n| type | quantdesk s | llama-quantize s | ratio | goal | identical |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| type | quantdesk s | llama-quantize s | ratio | goal | identical | load |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in args.types.split(","):
         bench_type(name, src, imatrix, workdir, quantdesk, env, args.llama_quantize, args.threads, args.repeats)
     return 0

@@ -8,6 +8,8 @@ output type (Q8_0 included) and several storage types.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from gguf import GGUFReader
@@ -123,6 +125,17 @@ def test_qwen3vl_text_model_equals_llama_cpp_converter(tmp_path):
     fields = {f.name: f.contents() for f in GGUFReader(text).fields.values()}
     assert fields["general.architecture"] == "qwen3vl" and fields["qwen3vl.n_deepstack_layers"] == 2
     assert fields["qwen3vl.rope.dimension_sections"] == [2, 3, 3, 0]
+
+
+def test_qwen3vl_with_as_many_deepstack_slices_as_layers_is_refused(tmp_path):
+    """llama.cpp's qwen3vl graph would abort on the last layer's slice: a sentence instead."""
+    ck = write_tiny_vision_checkpoint(tmp_path / "qwen3vl", "qwen3vl")
+    config = json.loads((ck.path / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 2
+    (ck.path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(QuantDeskError, match="2 deepstack slices to a text model of 2 layers"):
+        convert_with_projector(ck.path, tmp_path / "out.gguf", "f16")
+    assert not list(tmp_path.glob("*.gguf"))
 
 
 def test_convert_writes_the_projector_beside_the_default_output(tmp_path):

@@ -306,6 +306,21 @@ def test_cli_lists_every_type_with_its_exact_size(tiny_models, tmp_path, capsys)
     assert "quantdesk imatrix" in out and not list(tmp_path.iterdir())
 
 
+def test_an_embedding_model_takes_the_grid_i_quants_as_llama_quantize_does(tiny_models, tmp_path):
+    """A model marked for embeddings (``llama.pooling_type``, as an embedding GGUF is) to
+    IQ3_S and IQ4_XS: llama_model_quantize's bytes, and the mark kept."""
+    import gguf
+
+    from tests.models.gguf_copy import copy_gguf
+
+    src = copy_gguf(tiny_models["tied-gqa4"], tmp_path / "embed.gguf",
+                    values={"llama.pooling_type": (gguf.GGUFValueType.UINT32, 1)})
+    assert not _compare_all(src, tmp_path, [FILE_TYPES["IQ3_S"], FILE_TYPES["IQ4_XS"]])
+    reader = gguf.GGUFReader(tmp_path / "ours-IQ3_S.gguf")
+    assert reader.fields["llama.pooling_type"].contents() == 1
+    assert "IQ3_S" in {t.tensor_type.name for t in reader.tensors}
+
+
 def test_hf_folder_quantizes_like_converting_to_f16_then_llama_quantize(tmp_path):
     convert_mod = pytest.importorskip("quantize.convert", reason="a build without the converter")
     from tests.factory.checkpoints import write_tiny_checkpoint

@@ -63,3 +63,21 @@ def test_the_quantize_command_writes_an_mmproj(encoders, tmp_path):
     assert main(["quantize", str(encoders["gemma3", "f32"]), "--type", "Q8_0", "-o", str(out)]) == 0
     info = read_projector_info(out)
     assert info.vision and info.projector_type == "gemma3"
+
+
+
+def test_the_quantize_command_writes_an_mmproj_in_an_i_quant(encoders, tmp_path):
+    """``--type IQ4_XS`` on a vision encoder: its matrices become IQ4_XS (or IQ4_NL where a
+    row is not a multiple of 256), and the file still reads as an encoder. No byte oracle
+    here: this build's llama_model_quantize aborts on an mmproj with the i-quant file types
+    (their rules ask for the attention heads of layer 0, which a clip file does not list:
+    ``GGML_ABORT`` in ``llama_hparams::n_head``)."""
+    from app.cli import main
+    from models.engine.gguf_info import read_projector_info
+
+    out = tmp_path / "mmproj-smolvlm-IQ4_XS.gguf"
+    assert main(["quantize", str(encoders["smolvlm", "f16"]), "--type", "IQ4_XS", "-o", str(out)]) == 0
+    info = read_projector_info(out)
+    assert info.vision and info.projector_type == "idefics3"
+    types = {t.tensor_type.name for t in GGUFReader(out).tensors}
+    assert types & {"IQ4_XS", "IQ4_NL"}, types

@@ -2,7 +2,8 @@
 
 Run on a real display (Xvfb, ``QT_QPA_PLATFORM=xcb``) by ``test_quality_screenshots.py``:
 ``python -m tests.ui.pages.quality_screenshots OUT_DIR [HOME]`` (a ``HOME`` kept from an
-earlier run skips the measuring). With SmolLM2 widened to F16 as
+earlier run, or made by ``tests/benchmarks/bench_quality_types.py``, skips the measuring
+and shows every report stored there). With SmolLM2 widened to F16 as
 the source it makes an importance matrix on the built-in text, quantizes four types with
 it and two without, checks their quality against the source (chunks of 64 tokens, eight
 of them: a small, quick measure), and then, for each theme, opens the source on the
@@ -53,14 +54,17 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
 
     from app.core.preferences import Preferences
+    from app.core.quality_checks import quality_rows
     from app.ui.application import create_application
     from app.ui.main_window import MainWindow
     from app.ui.theme import apply_theme
 
     app = create_application()
     source = home / "models" / "SmolLM2-135M-F16.gguf"
-    if not keep or not source.exists():
+    measured = not keep or not source.exists()
+    if measured:
         source = measure(home)
+    expected = len(WITH_IMATRIX) + len(WITHOUT_IMATRIX) if measured else len(quality_rows(source))
     shots: list[Path] = []
     for theme in ("light", "dark"):
         Preferences().set("theme", theme)
@@ -71,11 +75,12 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         settle(0.5)
         page = window.show_page("Quantize")
         page.open_path(source)
-        page.chunk_size_spin.setValue(64)
-        page.chunks_spin.setValue(8)
-        page.imatrix_mode_combo.setCurrentIndex(page.imatrix_mode_combo.findData("make"))
-        wait_until(lambda: page.input is not None and page.imatrix_note.text().startswith("Reused"), 60)
-        wait_until(lambda: page.quality_panel.model.rowCount() == len(WITH_IMATRIX) + len(WITHOUT_IMATRIX), 60)
+        if measured:  # the page set as the measuring was: it finds the imatrix made then
+            page.chunk_size_spin.setValue(64)
+            page.chunks_spin.setValue(8)
+            page.imatrix_mode_combo.setCurrentIndex(page.imatrix_mode_combo.findData("make"))
+            wait_until(lambda: page.input is not None and page.imatrix_note.text().startswith("Reused"), 60)
+        wait_until(lambda: page.input is not None and page.quality_panel.model.rowCount() == expected, 60)
         for name in ("Q4_K_M", "Q3_K_M"):
             page.types_model.set_checked(name)
         bar = page.findChild(QScrollArea).verticalScrollBar()
