@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtWidgets import QApplication, QScrollArea
+from PySide6.QtWidgets import QApplication
 
-from tests.ui.pages.screenshots import settle, wait_until
+from tests.ui.pages.screenshots import settle, shoot_top_and_bottom, wait_until
 
 STOCK = ["Q5_K_M", "Q4_K_M", "Q3_K_M"]
 FIT_TO = "Q4_K_M"
@@ -77,18 +77,7 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         wait_until(lambda: page.quality_panel.model.rowCount() == len(STOCK) + 1, 60)
         page.fit_check.setChecked(True)
         page.fit_slider.setValue(target // 1024)
-        bar = page.findChild(QScrollArea).verticalScrollBar()
-
-        def shoot(name: str) -> None:
-            settle(0.5)
-            path = out / f"{name}-{theme}.png"
-            window.grab().save(str(path))
-            shots.append(path)
-
-        bar.setValue(0)
-        shoot("quantize-fit")
-        bar.setValue(bar.maximum())
-        shoot("quantize-fit-quality")
+        shots += shoot_top_and_bottom(window, page, out, theme, "quantize-fit", "quantize-fit-quality")
         window.close()
         settle(0.3)
     if not keep:

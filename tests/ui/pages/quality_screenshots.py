@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtWidgets import QApplication, QScrollArea
+from PySide6.QtWidgets import QApplication
 
-from tests.ui.pages.screenshots import settle, wait_until
+from tests.ui.pages.screenshots import settle, shoot_top_and_bottom, wait_until
 
 WITH_IMATRIX = ["Q8_0", "Q6_K", "Q4_K_M", "Q3_K_M"]
 WITHOUT_IMATRIX = ["Q4_K_M", "Q3_K_M"]
@@ -83,18 +83,7 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         wait_until(lambda: page.input is not None and page.quality_panel.model.rowCount() == expected, 60)
         for name in ("Q4_K_M", "Q3_K_M"):
             page.types_model.set_checked(name)
-        bar = page.findChild(QScrollArea).verticalScrollBar()
-
-        def shoot(name: str) -> None:
-            settle(0.5)
-            path = out / f"{name}-{theme}.png"
-            window.grab().save(str(path))
-            shots.append(path)
-
-        bar.setValue(0)
-        shoot("quantize-quality-types")
-        bar.setValue(bar.maximum())
-        shoot("quantize-quality")
+        shots += shoot_top_and_bottom(window, page, out, theme, "quantize-quality-types", "quantize-quality")
         window.close()
         settle(0.3)
     if not keep:

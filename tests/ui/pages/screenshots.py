@@ -38,6 +38,22 @@ def settle(seconds: float = 0.3) -> None:
         time.sleep(0.01)
 
 
+def shoot_top_and_bottom(window, page, out: Path, theme: str, top: str, bottom: str) -> list[Path]:
+    """The window grabbed with ``page``'s scroll area at its top (``top-THEME.png``) and at
+    its bottom (``bottom-THEME.png``) in ``out``; the paths."""
+    from PySide6.QtWidgets import QScrollArea
+
+    bar = page.findChild(QScrollArea).verticalScrollBar()
+    shots = []
+    for name, value in ((top, 0), (bottom, bar.maximum())):
+        bar.setValue(value)
+        settle(0.5)
+        path = out / f"{name}-{theme}.png"
+        window.grab().save(str(path))
+        shots.append(path)
+    return shots
+
+
 def main(out: Path) -> list[Path]:
     home = Path(tempfile.mkdtemp(prefix="quantdesk-shots-"))
     os.environ["QUANTDESK_HOME"] = str(home)
