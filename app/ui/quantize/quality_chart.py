@@ -112,8 +112,9 @@ class QualityChart(QWidget):
         if plot.plotItem.legend is not None:
             plot.plotItem.legend.scene().removeItem(plot.plotItem.legend)
             plot.plotItem.legend = None
-        # bottom left: big files sit low on the right, small ones high on the left
-        legend = plot.addLegend(offset=(10, -10))
+        # top right: big files sit low on the right, small ones high on the left (a model
+        # whose source is already near a small type has points in the bottom left too)
+        legend = plot.addLegend(offset=(-10, 10))
         text_color = self.palette().color(QPalette.ColorRole.Text)
         legend.setLabelTextColor(text_color)
         series = (("without an importance matrix", "o", color("info_border"), False),
