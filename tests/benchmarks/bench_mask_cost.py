@@ -33,8 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.benchmarks.large_vocab import LARGE_VOCAB, merged_tokens, qwen_tokens  # noqa: E402
-from tests.factory.tokenizer import byte_level_decoder  # noqa: E402
+from tests.benchmarks.large_vocab import LARGE_VOCAB, gguf_tokens, merged_tokens, qwen_tokens  # noqa: E402
 
 EXAMPLES = {
     "person": {"name": "Anna Schmidt", "age": 34},
@@ -81,19 +80,8 @@ def smollm2_tokens(model: Path) -> tuple[list[bytes], int]:
     import gguf
 
     reader = gguf.GGUFReader(str(model))
-    field = reader.fields["tokenizer.ggml.tokens"]
-    texts = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-    types = reader.fields["tokenizer.ggml.token_type"]
-    kinds = [int(types.parts[i][0]) for i in types.data]
     eos = int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
-    decoder = byte_level_decoder()
-    tokens = []
-    for text, kind in zip(texts, kinds):
-        if kind == gguf.TokenType.CONTROL:
-            tokens.append(b"\xff" + text.encode())
-        else:
-            tokens.append(bytes(decoder[c] for c in text))
-    return tokens, eos
+    return gguf_tokens(reader), eos
 
 
 def measure(tokenizer, vocab: Vocabulary, cases: dict, rounds: int) -> dict:

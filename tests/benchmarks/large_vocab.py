@@ -54,6 +54,20 @@ def qwen_tokens(cache: Path) -> list[bytes]:
     return tokens
 
 
+def gguf_tokens(reader) -> list[bytes]:
+    """A byte-level BPE GGUF's tokens as bytes (``reader``: a ``gguf.GGUFReader``), control
+    tokens marked the way llguidance expects (a 0xff byte first)."""
+    import gguf
+
+    from tests.factory.tokenizer import byte_level_decoder
+
+    decoder = byte_level_decoder()
+    texts = reader.fields["tokenizer.ggml.tokens"].contents()
+    kinds = reader.fields["tokenizer.ggml.token_type"].contents()
+    return [b"\xff" + t.encode() if k == gguf.TokenType.CONTROL else bytes(decoder[c] for c in t)
+            for t, k in zip(texts, kinds)]
+
+
 def merged_tokens(base: list[bytes], size: int) -> list[bytes]:
     """``base`` followed by distinct pairs of its plain tokens (at most ``MAX_MERGED`` bytes,
     fixed seed) until there are ``size`` tokens. Control tokens start with 0xff, as
@@ -81,13 +95,9 @@ def padded_smollm2(source: Path, target: Path, size: int = LARGE_VOCAB) -> Path:
     if target.exists():
         return target
     reader = gguf.GGUFReader(str(source))
-    decoder = byte_level_decoder()
-    encoder = {b: c for c, b in decoder.items()}
-    texts = reader.fields["tokenizer.ggml.tokens"].contents()
-    kinds = reader.fields["tokenizer.ggml.token_type"].contents()
-    as_bytes = [b"\xff" + t.encode() if k == gguf.TokenType.CONTROL else bytes(decoder[c] for c in t)
-                for t, k in zip(texts, kinds)]
-    extra = merged_tokens(as_bytes, size)[len(texts):]
+    encoder = {b: c for c, b in byte_level_decoder().items()}
+    tokens = gguf_tokens(reader)
+    extra = merged_tokens(tokens, size)[len(tokens):]
     part = target.with_suffix(".part")
     writer = gguf.GGUFWriter(str(part), reader.fields["general.architecture"].contents())
     for name, field in reader.fields.items():
