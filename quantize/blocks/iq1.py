@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.grid_search import sum_squares
-from quantize.blocks.jit import F32, F32_MAX, f32, fp32_to_fp16, helper, inline, kernel, nearest_int, pick, put_fp16
+from quantize.blocks.jit import F32, F32_MAX, f32, fp32_to_fp16, helper, inline, kernel, nearest_int, order_key, pick, put_fp16
 
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
@@ -38,6 +38,7 @@ _X_P = np.array([-1.0 + 0.125, 0.125, 1.0 + 0.125], np.float32)
 _X_M = np.array([-1.0 - 0.125, -0.125, 1.0 - 0.125], np.float32)
 _P0, _P1, _P2 = (F32(v) for v in _X_P)
 _M0, _M1, _M2 = (F32(v) for v in _X_M)
+_NO_KEY = np.int32(0x7FFFFFFF)  # above every finite distance's order_key
 _IQ1M_MASKS = np.array([0x00, 0x80, 0x08, 0x88], np.int32)
 
 
@@ -88,7 +89,7 @@ def _grid_codes(points):
 
 
 @helper
-def _best_neighbour(neighbours, start, codes, xb, at, weight, w_at, scale, levels3, levels, l_at, terms, listed, d2s):
+def _best_neighbour(neighbours, start, codes, xb, at, weight, w_at, scale, levels3, levels, l_at, terms, listed, keys):
     """``iq1_find_best_neighbour2``: the listed point nearest ``xb[at:at+8]`` in
     ``sum w*(scale*q - x)²`` (first of equals); its levels go to ``levels[l_at:]``.
 
@@ -98,12 +99,11 @@ def _best_neighbour(neighbours, start, codes, xb, at, weight, w_at, scale, level
     (each picks its terms by its packed levels), and the first least distance wins as
     in C's loop.
     """
-    for i in range(8):
-        v = xb[at + i]
-        w = weight[w_at + i]
-        for lv in range(3):
-            diff = scale * levels3[lv] - v
-            terms[4 * i + lv] = w * diff * diff
+    for lv in range(3):
+        q = scale * levels3[lv]
+        for i in range(8):
+            diff = q - xb[at + i]
+            terms[8 * lv + i] = weight[w_at + i] * diff * diff
     n = np.int32(neighbours[start])
     for j in range(n):
         listed[j] = codes[np.int32(neighbours[start + 1 + j])]
@@ -112,16 +112,16 @@ def _best_neighbour(neighbours, start, codes, xb, at, weight, w_at, scale, level
         d2 = _ZERO
         for i in range(8):
             lv = (c >> (2 * i)) & 3
-            d2 += pick(lv == 0, terms[4 * i], pick(lv == 1, terms[4 * i + 1], terms[4 * i + 2]))
-        d2s[j] = d2
-    best_d2 = F32_MAX
-    best = -1
+            d2 += pick(lv == 0, terms[i], pick(lv == 1, terms[8 + i], terms[16 + i]))
+        keys[j] = pick(d2 < F32_MAX, order_key(d2), _NO_KEY)  # C's best starts at FLT_MAX
+    least = _NO_KEY
     for j in range(n):
-        if d2s[j] < best_d2:
-            best_d2 = d2s[j]
-            best = j
-    # NaN distances: llama.cpp aborts; the nearest listed point instead
-    index = np.int32(neighbours[start + 1 + (best if best >= 0 else 0)])
+        least = min(least, keys[j])
+    best = 0  # NaN distances: llama.cpp aborts; the nearest listed point instead
+    if least != _NO_KEY:
+        while keys[best] != least:  # the first of equals, as C's strict "<"
+            best += 1
+    index = np.int32(neighbours[start + 1 + best])
     c = codes[index]
     for i in range(8):
         levels[l_at + i] = (c >> (2 * i)) & 3
@@ -297,7 +297,7 @@ def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
     codes = _grid_codes(points)
     terms = np.empty(32, np.float32)
     listed = np.empty(points.shape[0], np.int32)
-    d2s = np.empty(points.shape[0], np.float32)
+    keys = np.empty(points.shape[0], np.int32)
     scales = np.empty(8, np.float32)
     shifts = np.empty(8, np.int32)
     index = np.empty(4, np.int32)
@@ -365,7 +365,7 @@ def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
                     if gi < 0:
                         all_on_grid = False
                         gi = _best_neighbour(neighbours, -gi - 1, codes, xb, at + 8 * k, weight, 8 * k, scale, xs,
-                                             levels, 8 * k, terms, listed, d2s)
+                                             levels, 8 * k, terms, listed, keys)
                     index[k] = gi
                 if not all_on_grid:
                     sumqx = _ZERO
@@ -421,7 +421,7 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
     codes = _grid_codes(points)
     terms = np.empty(32, np.float32)
     listed = np.empty(points.shape[0], np.int32)
-    d2s = np.empty(points.shape[0], np.float32)
+    keys = np.empty(points.shape[0], np.int32)
     scales = np.empty(16, np.float32)
     shifts = np.empty(16, np.int32)
     index = np.empty(2, np.int32)
@@ -457,19 +457,22 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
                     continue
                 order = orders[g]
                 _stable_order(xb, at, 16, order, rank)
-                for j in range(16):
+                x0 = _ZERO
+                x1 = _ZERO
+                w0 = _ZERO
+                w1 = _ZERO
+                for j in range(16):  # selects, not branches: the half a value is in is a coin toss
                     i = order[j]
                     wx = wg[i] * xb[at + i]
-                    if i < 8:
-                        px0[j + 1, g] = px0[j, g] + wx
-                        pw0[j + 1, g] = pw0[j, g] + wg[i]
-                        px1[j + 1, g] = px1[j, g]
-                        pw1[j + 1, g] = pw1[j, g]
-                    else:
-                        px1[j + 1, g] = px1[j, g] + wx
-                        pw1[j + 1, g] = pw1[j, g] + wg[i]
-                        px0[j + 1, g] = px0[j, g]
-                        pw0[j + 1, g] = pw0[j, g]
+                    first_half = i < 8
+                    x0 = pick(first_half, x0 + wx, x0)
+                    w0 = pick(first_half, w0 + wg[i], w0)
+                    x1 = pick(first_half, x1, x1 + wx)
+                    w1 = pick(first_half, w1, w1 + wg[i])
+                    px0[j + 1, g] = x0
+                    pw0[j + 1, g] = w0
+                    px1[j + 1, g] = x1
+                    pw1[j + 1, g] = w1
         _split_search_m(px0, px1, pw0, pw1, count * per_block, best, found_scale, cut1, cut2, signs)
         for b in range(count):
             blk = first + b
@@ -503,7 +506,7 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
                     if gi < 0:
                         all_on_grid = False
                         gi = _best_neighbour(neighbours, -gi - 1, codes, xb, at + 8 * k, wg, 8 * k, scale, xs,
-                                             levels, 8 * k, terms, listed, d2s)
+                                             levels, 8 * k, terms, listed, keys)
                     index[k] = gi
                 if not all_on_grid:
                     fx = _ZERO
