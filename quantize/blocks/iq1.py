@@ -18,6 +18,15 @@ signs (IQ1_M: each half of the group its own sign). Points off the grid go to th
 listed neighbour nearest in weighted distance, and the scale is re-fitted. These are
 ggml's ``quantize_row_iq1_s_impl`` / ``quantize_row_iq1_m_impl``; IQ1_S needs an
 importance matrix (libggml asserts one), IQ1_M weighs ``x²`` without one.
+
+The kernels take a batch of blocks at a time: each group's weights, order and prefix
+sums one group at a time; the split search for all the batch's groups at once, one group
+per vector lane (:func:`_split_search_s`, :func:`_split_search_m`: a ``select`` per
+candidate split instead of C's ``if``, so each lane sees C's sequence of best updates);
+then each group's grid points and each block's bytes. Measured per block on one
+thread against libggml (a million blocks of the oracle's data): 0.29x (IQ1_S), 0.33x
+(IQ1_M), from 1.03x and 1.14x group at a time (search, insertion sort and neighbour
+distances one group or point at a time were nearly all of it).
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from quantize.blocks.grid_search import sum_squares
-from quantize.blocks.jit import F32, F32_MAX, f32, fp32_to_fp16, helper, inline, kernel, nearest_int, order_key, pick, put_fp16
+from quantize.blocks.jit import (F32, F32_MAX, f32, fp32_to_fp16, helper, inline, kernel, nearest_int, order_key, pick,
+                                put_fp16)
 
 _ZERO = F32(0.0)
 _ONE = F32(1.0)
