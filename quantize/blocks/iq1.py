@@ -167,6 +167,16 @@ def _abs_max(xb, at, n):
 _LANES = 64
 
 
+@inline
+def _consider(qx, q2, best, scale, choice, this):
+    """C's ``if (sumq2 > 0 && sumqx*sumqx > best*sumq2) { scale = sumqx/sumq2; best =
+    scale*sumqx; ... }`` for one candidate, as selects: the new ``(best, scale, choice)``
+    and whether it won (``choice`` becomes ``this``)."""
+    won = (q2 > _ZERO) & (qx * qx > best * q2)
+    r = qx / q2
+    return won, pick(won, r * qx, best), pick(won, r, scale), pick(won, this, choice)
+
+
 @helper
 def _split_search_s(sumx, sumw, lanes, best, scale, cut1, cut2, shift):
     """IQ1_S's exhaustive split search for ``lanes`` groups at once.
@@ -191,22 +201,12 @@ def _split_search_s(sumx, sumw, lanes, best, scale, cut1, cut2, shift):
                 x3 = sumx[n, g] - sumx[i2, g]
                 w2 = sumw[i2, g] - sumw[i1, g]
                 w3 = sumw[n, g] - sumw[i2, g]
-                b = best[g]
-                sc = scale[g]
-                sh = shift[g]
-                qx = x1 * _P0 + x2 * _P1 + x3 * _P2  # +delta
-                q2 = w1 * _P0 * _P0 + w2 * _P1 * _P1 + w3 * _P2 * _P2
-                up_p = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                sc = pick(up_p, r, sc)
-                b = pick(up_p, r * qx, b)
-                qx = x1 * _M0 + x2 * _M1 + x3 * _M2  # -delta
-                q2 = w1 * _M0 * _M0 + w2 * _M1 * _M1 + w3 * _M2 * _M2
-                up_m = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                scale[g] = pick(up_m, r, sc)
-                best[g] = pick(up_m, r * qx, b)
-                shift[g] = pick(up_m, np.int32(-1), pick(up_p, np.int32(1), sh))
+                up_p, b, sc, sh = _consider(x1 * _P0 + x2 * _P1 + x3 * _P2,  # +delta
+                                            w1 * _P0 * _P0 + w2 * _P1 * _P1 + w3 * _P2 * _P2,
+                                            best[g], scale[g], shift[g], np.int32(1))
+                up_m, best[g], scale[g], shift[g] = _consider(x1 * _M0 + x2 * _M1 + x3 * _M2,  # -delta
+                                                              w1 * _M0 * _M0 + w2 * _M1 * _M1 + w3 * _M2 * _M2,
+                                                              b, sc, sh, np.int32(-1))
                 found = up_p | up_m
                 cut1[g] = pick(found, c1, cut1[g])
                 cut2[g] = pick(found, c2, cut2[g])
@@ -242,37 +242,10 @@ def _split_search_m(px0, px1, pw0, pw1, lanes, best, scale, cut1, cut2, signs):
                 q2_m0 = tw0 * _M2 * _M2 + pw0[i1, g] * cm1 + pw0[i2, g] * cm2
                 q2_p1 = tw1 * _P2 * _P2 + pw1[i1, g] * cp1 + pw1[i2, g] * cp2
                 q2_m1 = tw1 * _M2 * _M2 + pw1[i1, g] * cm1 + pw1[i2, g] * cm2
-                b = best[g]
-                sc = scale[g]
-                k = signs[g]
-                qx = qx_p0 + qx_p1
-                q2 = q2_p0 + q2_p1
-                up0 = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                sc = pick(up0, r, sc)
-                b = pick(up0, r * qx, b)
-                k = pick(up0, np.int32(0), k)
-                qx = qx_p0 + qx_m1
-                q2 = q2_p0 + q2_m1
-                up1 = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                sc = pick(up1, r, sc)
-                b = pick(up1, r * qx, b)
-                k = pick(up1, np.int32(1), k)
-                qx = qx_m0 + qx_p1
-                q2 = q2_m0 + q2_p1
-                up2 = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                sc = pick(up2, r, sc)
-                b = pick(up2, r * qx, b)
-                k = pick(up2, np.int32(2), k)
-                qx = qx_m0 + qx_m1
-                q2 = q2_m0 + q2_m1
-                up3 = (q2 > _ZERO) & (qx * qx > b * q2)
-                r = qx / q2
-                scale[g] = pick(up3, r, sc)
-                best[g] = pick(up3, r * qx, b)
-                signs[g] = pick(up3, np.int32(3), k)
+                up0, b, sc, k = _consider(qx_p0 + qx_p1, q2_p0 + q2_p1, best[g], scale[g], signs[g], np.int32(0))
+                up1, b, sc, k = _consider(qx_p0 + qx_m1, q2_p0 + q2_m1, b, sc, k, np.int32(1))
+                up2, b, sc, k = _consider(qx_m0 + qx_p1, q2_m0 + q2_p1, b, sc, k, np.int32(2))
+                up3, best[g], scale[g], signs[g] = _consider(qx_m0 + qx_m1, q2_m0 + q2_m1, b, sc, k, np.int32(3))
                 found = up0 | up1 | up2 | up3
                 cut1[g] = pick(found, c1, cut1[g])
                 cut2[g] = pick(found, c2, cut2[g])
