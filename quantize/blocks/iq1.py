@@ -259,6 +259,63 @@ def _search_state(lanes):
             np.empty(lanes, np.int32), np.empty(lanes, np.int32))
 
 
+@inline
+def _start_group(xb, at, n, qw, qw_at, use_qw, sigma2, weight, g, tops, best, scale, cut1, cut2, choice, unset):
+    """A group's weights and largest magnitude, and C's starting search state in lane ``g``."""
+    _weights(xb, at, n, qw, qw_at + at, use_qw, sigma2, weight)
+    top = _abs_max(xb, at, n)
+    tops[g] = top
+    best[g] = -F32_MAX
+    scale[g] = top
+    cut1[g] = -1
+    cut2[g] = -1
+    choice[g] = unset
+    return top
+
+
+@inline
+def _cut_levels(order, n, best1, best2, scale, levels):
+    """Levels 0, 1, 2 of the sorted values by the two cuts; when the scale came out
+    negative, the levels flipped and the scale made positive. Returns (scale, flipped)."""
+    for j in range(n):
+        levels[order[j]] = 0 if j < best1 else 1 if j < best2 else 2
+    if scale < _ZERO:
+        for j in range(n):
+            levels[j] = 2 - levels[j]
+        return -scale, True
+    return scale, False
+
+
+@inline
+def _grid_points(levels, n_points, minus, kmap, neighbours, codes, points, xb, at, weight, scale, index, terms,
+                 listed, keys):
+    """Each 8-value point's grid index into ``index`` (the nearest listed neighbour when
+    off the grid; ``minus[k]``: point ``k`` is shifted by -delta); when one was off, the
+    scale re-fitted to the points as C does. Returns the scale."""
+    all_on_grid = True
+    for k in range(n_points):
+        xs = _X_M if minus[k] else _X_P
+        gi = _point_of(levels, 8 * k, kmap)
+        if gi < 0:
+            all_on_grid = False
+            gi = _best_neighbour(neighbours, -gi - 1, codes, xb, at + 8 * k, weight, 8 * k, scale, xs, levels, 8 * k,
+                                 terms, listed, keys)
+        index[k] = gi
+    if not all_on_grid:
+        sumqx = _ZERO
+        sumq2 = _ZERO
+        for k in range(n_points):
+            xs = _X_M if minus[k] else _X_P
+            for j in range(8):
+                w = weight[8 * k + j]
+                q = xs[(points[index[k], j] - 1) // 2]
+                sumqx += w * q * xb[at + 8 * k + j]
+                sumq2 += w * q * q
+        if sumqx > _ZERO and sumq2 > _ZERO:
+            scale = sumqx / sumq2
+    return scale
+
+
 @kernel
 def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
     """``quantize_iq1_s``: ``x`` ``(blocks, 256)`` float32, ``qw`` one row's imatrix.
@@ -284,6 +341,7 @@ def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
     scales = np.empty(8, np.float32)
     shifts = np.empty(8, np.int32)
     index = np.empty(4, np.int32)
+    minus = np.empty(4, np.bool_)
     for first in range(0, x.shape[0], batch):
         count = min(batch, x.shape[0] - first)
         for b in range(count):
@@ -294,14 +352,8 @@ def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
                 g = b * per_block + ib
                 at = 32 * ib
                 weight = weights[g]
-                _weights(xb, at, 32, qw, qw_at + at, True, sigma2, weight)
-                top = _abs_max(xb, at, 32)
-                tops[g] = top
-                best[g] = -F32_MAX
-                found_scale[g] = top
-                cut1[g] = -1
-                cut2[g] = -1
-                shift[g] = 0
+                top = _start_group(xb, at, 32, qw, qw_at, True, sigma2, weight, g, tops, best, found_scale, cut1, cut2,
+                                   shift, np.int32(0))
                 sumx[0, g] = _ZERO
                 sumw[0, g] = _ZERO
                 if top < _EPS_IQ1_S:  # not searched: all sums 0, so no split scores
@@ -331,36 +383,13 @@ def iq1_s(x, qw, blocks_per_row, out, points, kmap, neighbours):
                 best_shift = shift[g]
                 if tops[g] < _EPS_IQ1_S or best1 < 0 or best2 < 0 or best_shift == 0:
                     continue
-                scale = found_scale[g]
-                order = orders[g]
-                weight = weights[g]
-                for j in range(32):
-                    levels[order[j]] = 0 if j < best1 else 1 if j < best2 else 2
-                if scale < _ZERO:
-                    for j in range(32):
-                        levels[j] = 2 - levels[j]
-                    scale = -scale
+                scale, flipped = _cut_levels(orders[g], 32, best1, best2, found_scale[g], levels)
+                if flipped:
                     best_shift = -best_shift
-                xs = _X_P if best_shift == 1 else _X_M
-                all_on_grid = True
                 for k in range(4):
-                    gi = _point_of(levels, 8 * k, kmap)
-                    if gi < 0:
-                        all_on_grid = False
-                        gi = _best_neighbour(neighbours, -gi - 1, codes, xb, at + 8 * k, weight, 8 * k, scale, xs,
-                                             levels, 8 * k, terms, listed, keys)
-                    index[k] = gi
-                if not all_on_grid:
-                    sumqx = _ZERO
-                    sumq2 = _ZERO
-                    for k in range(4):
-                        for j in range(8):
-                            w = weight[8 * k + j]
-                            q = xs[(points[index[k], j] - 1) // 2]
-                            sumqx += w * q * xb[at + 8 * k + j]
-                            sumq2 += w * q * q
-                    if sumqx > _ZERO and sumq2 > _ZERO:
-                        scale = sumqx / sumq2
+                    minus[k] = best_shift == -1
+                scale = _grid_points(levels, 4, minus, kmap, neighbours, codes, points, xb, at, weights[g], scale,
+                                     index, terms, listed, keys)
                 h = 0
                 for k in range(4):
                     out[blk, 2 + 4 * ib + k] = np.uint8(index[k] & 0xFF)
@@ -408,6 +437,7 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
     scales = np.empty(16, np.float32)
     shifts = np.empty(16, np.int32)
     index = np.empty(2, np.int32)
+    minus = np.empty(2, np.bool_)
     sc = np.empty(4, np.int64)
     for first in range(0, x.shape[0], batch):
         count = min(batch, x.shape[0] - first)
@@ -419,14 +449,8 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
                 g = b * per_block + ib
                 at = 16 * ib
                 wg = weights[g]
-                _weights(xb, at, 16, qw, qw_at + at, use_qw, sigma2, wg)
-                top = _abs_max(xb, at, 16)
-                tops[g] = top
-                best[g] = -F32_MAX
-                found_scale[g] = top
-                cut1[g] = -1
-                cut2[g] = -1
-                signs[g] = -1
+                top = _start_group(xb, at, 16, qw, qw_at, use_qw, sigma2, wg, g, tops, best, found_scale, cut1, cut2,
+                                   signs, np.int32(-1))
                 px0[0, g] = _ZERO
                 px1[0, g] = _ZERO
                 pw0[0, g] = _ZERO
@@ -472,37 +496,13 @@ def iq1_m(x, qw, blocks_per_row, out, points, kmap, neighbours):
                 best_k = signs[g]
                 if tops[g] < _EPS_IQ1_M or best1 < 0 or best2 < 0 or best_k < 0:
                     continue
-                scale = found_scale[g]
-                order = orders[g]
-                wg = weights[g]
-                for j in range(16):
-                    levels[order[j]] = 0 if j < best1 else 1 if j < best2 else 2
-                if scale < _ZERO:
-                    for j in range(16):
-                        levels[j] = 2 - levels[j]
-                    scale = -scale
+                scale, flipped = _cut_levels(orders[g], 16, best1, best2, found_scale[g], levels)
+                if flipped:
                     best_k = 3 - best_k
-                all_on_grid = True
-                for k in range(2):
-                    xs = (_X_P if best_k < 2 else _X_M) if k == 0 else (_X_P if best_k % 2 == 0 else _X_M)
-                    gi = _point_of(levels, 8 * k, kmap)
-                    if gi < 0:
-                        all_on_grid = False
-                        gi = _best_neighbour(neighbours, -gi - 1, codes, xb, at + 8 * k, wg, 8 * k, scale, xs,
-                                             levels, 8 * k, terms, listed, keys)
-                    index[k] = gi
-                if not all_on_grid:
-                    fx = _ZERO
-                    f2 = _ZERO
-                    for k in range(2):
-                        xs = (_X_P if best_k < 2 else _X_M) if k == 0 else (_X_P if best_k % 2 == 0 else _X_M)
-                        for j in range(8):
-                            w = wg[8 * k + j]
-                            q = xs[(points[index[k], j] - 1) // 2]
-                            fx += w * q * xb[at + 8 * k + j]
-                            f2 += w * q * q
-                    if fx > _ZERO and f2 > _ZERO:
-                        scale = fx / f2
+                minus[0] = best_k >= 2  # k: the first half's sign in bit 1, the second's in bit 0
+                minus[1] = best_k % 2 == 1
+                scale = _grid_points(levels, 2, minus, kmap, neighbours, codes, points, xb, at, weights[g], scale,
+                                     index, terms, listed, keys)
                 out[blk, 2 * ib] = np.uint8(index[0] & 0xFF)
                 out[blk, 2 * ib + 1] = np.uint8(index[1] & 0xFF)
                 out[blk, 32 + ib] = np.uint8(((index[0] >> 8) | ((index[1] >> 8) << 4)) & 0xFF)
