@@ -119,3 +119,26 @@ def test_cancel_leaves_nothing(tiny, tmp_path):
     assert "Activations" in seen
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_imatrix_make_measures_the_model_first_then_reuses_its_matrix(tiny, tmp_path, capsys):
+    """``--imatrix make``: the model's own importance matrix is made, used by the fit (the
+    file records it, the grid i-quants become candidates) and reused by the next fit."""
+    from quantize.imatrix import load_imatrix
+
+    with GGUFSource(tiny) as source:
+        low, high = fit_bounds(fit_problem(source))
+    made_lines = []
+    for run in range(2):
+        out = tmp_path / f"made-{run}.gguf"
+        assert main(["quantize", str(tiny), "--target-size", str(low + (high - low) // 3), "--imatrix", "make",
+                     "-o", str(out), "--threads", "2"]) == 0
+        made_lines.append(next(line for line in capsys.readouterr().out.splitlines()
+                               if line.startswith("Importance matrix: ")))
+    assert "reused" not in made_lines[0] and made_lines[1].endswith("(made before, reused)")
+    matrix = Path(made_lines[0].removeprefix("Importance matrix: "))
+    with GGUFSource(tiny) as source:
+        matmuls = {t.name for t in source.tensors() if t.name.startswith("blk.") and len(t.shape) == 2}
+    assert matmuls and matmuls <= set(load_imatrix(matrix).entries)  # every layer's matrices measured
+    assert load_recipe(tmp_path / "made-0.recipe.json").imatrix == str(matrix)
+    assert (tmp_path / "made-1.gguf").read_bytes() == (tmp_path / "made-0.gguf").read_bytes()
