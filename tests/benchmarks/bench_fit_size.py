@@ -63,8 +63,21 @@ def number(pattern: str, text: str) -> float:
     return float(match.group(1))
 
 
+#: A row of llama-perplexity's KLD table: chunk, PPL(Q), ln ratio, KLD, RMS Δp, same top — each a
+#: running value over every chunk so far, so the last row holds the whole text's figures.
+_KLD_ROW = re.compile(r"^\s*\d+\s+([\d.]+) ± +[\d.]+\s+-?[\d.]+ ± +[\d.]+\s+([\d.]+) ± +[\d.]+\s+"
+                      r"[\d.]+ ± +[\d.]+ %\s+([\d.]+) ± +[\d.]+ %\s*$", re.M)
+
+
 def quality(tools, model: Path, common: list[str], base: Path) -> dict:
     out = perplexity(tools, model, [*common, "--kl-divergence", "--kl-divergence-base", str(base)])
+    if not re.search(r"Mean\s+KLD:", out):
+        # Some runs end without the summary (seen on a small model's Q4_1, every time);
+        # the table's last row holds the same running means.
+        rows = _KLD_ROW.findall(out)
+        if rows:
+            ppl, kld, same_top = rows[-1]
+            return {"kld": float(kld), "same_top": float(same_top), "ppl": float(ppl)}
     return {"kld": number(r"Mean\s+KLD:\s+([-\d.]+)", out), "same_top": number(r"Same top p:\s+([\d.]+)", out),
             "ppl": number(r"Mean PPL\(Q\)\s*:\s*([\d.]+)", out)}
 

@@ -121,24 +121,25 @@ def test_cancel_leaves_nothing(tiny, tmp_path):
 
 
 
-def test_imatrix_make_measures_the_model_first_then_reuses_its_matrix(tiny, tmp_path, capsys):
-    """``--imatrix make``: the model's own importance matrix is made, used by the fit (the
-    file records it, the grid i-quants become candidates) and reused by the next fit."""
+def test_imatrix_make_measures_the_model_first_and_keeps_its_matrix(tiny, tmp_path, capsys, monkeypatch):
+    """``--imatrix make``: the model's own importance matrix is made over every layer's
+    matrices, the fit uses it (its recipe names it), and the next job reuses it."""
+    import quantize.fit_job
+    from app.core.quality_checks import MeasureSettings, make_imatrix
     from quantize.imatrix import load_imatrix
 
+    monkeypatch.setattr(quantize.fit_job, "ACTIVATION_CHUNKS", 2)  # 2 × 512 tokens of text: seconds, not minutes
     with GGUFSource(tiny) as source:
         low, high = fit_bounds(fit_problem(source))
-    made_lines = []
-    for run in range(2):
-        out = tmp_path / f"made-{run}.gguf"
-        assert main(["quantize", str(tiny), "--target-size", str(low + (high - low) // 3), "--imatrix", "make",
-                     "-o", str(out), "--threads", "2"]) == 0
-        made_lines.append(next(line for line in capsys.readouterr().out.splitlines()
-                               if line.startswith("Importance matrix: ")))
-    assert "reused" not in made_lines[0] and made_lines[1].endswith("(made before, reused)")
-    matrix = Path(made_lines[0].removeprefix("Importance matrix: "))
-    with GGUFSource(tiny) as source:
         matmuls = {t.name for t in source.tensors() if t.name.startswith("blk.") and len(t.shape) == 2}
+    out = tmp_path / "made.gguf"
+    assert main(["quantize", str(tiny), "--target-size", str(low + (high - low) // 3), "--imatrix", "make",
+                 "-o", str(out), "--threads", "2"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Importance matrix: "))
+    matrix = Path(line.removeprefix("Importance matrix: "))
+    assert "reused" not in line and matrix.is_file()
     assert matmuls and matmuls <= set(load_imatrix(matrix).entries)  # every layer's matrices measured
-    assert load_recipe(tmp_path / "made-0.recipe.json").imatrix == str(matrix)
-    assert (tmp_path / "made-1.gguf").read_bytes() == (tmp_path / "made-0.gguf").read_bytes()
+    assert load_recipe(tmp_path / "made.recipe.json").imatrix == str(matrix)
+    assert out.stat().st_size <= low + (high - low) // 3
+    again = make_imatrix(tiny, MeasureSettings(None, 512, 2))  # what the next --imatrix make asks for
+    assert again.reused and again.path == matrix
