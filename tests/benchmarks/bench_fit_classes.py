@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
-from tests.benchmarks.bench_fit_size import heldout_text, perplexity, quality  # noqa: E402
-from tests.benchmarks.llama_tools import add_argument, machine_line, require_tools  # noqa: E402
+from tests.benchmarks.bench_fit_size import heldout_setup, quality  # noqa: E402
+from tests.benchmarks.llama_tools import add_argument, require_tools  # noqa: E402
 
 
 def tensor_class(name: str) -> str:
@@ -77,23 +76,7 @@ def main() -> int:
     from quantize.recipe import Recipe
     from quantize.type_rules import allows_quantization
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="fit-classes-"))
-    work.mkdir(parents=True, exist_ok=True)
-    if args.model is None:
-        from tests.conftest import cached_models_dir, fetch_smollm2
-        from tests.quantize.model_files import write_dequantized_f16
-
-        args.model = work / "SmolLM2-F16.gguf"
-        if not args.model.exists():
-            write_dequantized_f16(fetch_smollm2(cached_models_dir()), args.model)
-    text = heldout_text(work / "heldout.txt")
-    common = ["-f", str(text), "-c", "512", "-b", "2048", "-t", str(args.threads), "-fa", "off",
-              "--chunks", str(args.chunks)]
-    print(f"{machine_line()}; model {args.model.name}; {args.chunks} held-out chunks of 512; "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
-    base = work / "base.kld"
-    if not base.exists():
-        perplexity(tools, args.model, [*common, "--kl-divergence-base", str(base)])
+    work, common, base = heldout_setup(tools, args, "fit-classes-")
     options = QuantizeOptions(threads=args.threads)
     stock = work / f"{args.type}.gguf"
     if not stock.exists():
