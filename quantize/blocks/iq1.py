@@ -24,7 +24,7 @@ sums one group at a time; the split search for all the batch's groups at once, o
 per vector lane (:func:`_split_search_s`, :func:`_split_search_m`: a ``select`` per
 candidate split instead of C's ``if``, so each lane sees C's sequence of best updates);
 then each group's grid points and each block's bytes. Measured per block on one
-thread against libggml (a million blocks of the oracle's data): 0.29x (IQ1_S), 0.33x
+thread against libggml (a million blocks of the oracle's data): 0.30x (IQ1_S), 0.34x
 (IQ1_M), from 1.03x and 1.14x group at a time (search, insertion sort and neighbour
 distances one group or point at a time were nearly all of it).
 """
