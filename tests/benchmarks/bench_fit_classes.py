@@ -10,6 +10,8 @@ it, how far the class's quantized weights are from the source's (relative error 
 and the bytes that keeping the class in F16 would cost over the stock file.
 
 With ``--layers`` each class is also split by layer ranges (``--layers 4``: four ranges).
+With ``--keep-f16 attn_v,attn_k`` the stock file with those classes kept F16 is measured
+instead (what spending bytes on the classes that lose most would buy).
 
     python tests/benchmarks/bench_fit_classes.py [--model F16.gguf] [--type Q4_1] [--work DIR] [--chunks 4]
 
@@ -62,6 +64,8 @@ def main() -> int:
     parser.add_argument("--type", default="Q4_1", help="the stock type whose loss is split")
     parser.add_argument("--chunks", type=int, default=4, help="held-out chunks of 512 tokens")
     parser.add_argument("--layers", type=int, default=0, help="also split each class into this many layer ranges")
+    parser.add_argument("--keep-f16", action="append", default=[], metavar="CLASSES",
+                        help="measure the stock file with these classes (comma-separated) kept F16 instead of the split; repeatable")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, help="folder for the files (default: a temporary one)")
     args = parser.parse_args()
@@ -101,6 +105,18 @@ def main() -> int:
     whole = quality(tools, stock, common, base)
     print(f"\nstock {args.type} ({stock.stat().st_size:,} B): KLD {whole['kld']:.5f}  same top "
           f"{whole['same_top']:.2f} %  PPL {whole['ppl']:.3f}\n", flush=True)
+    for keep in args.keep_f16:
+        kept = {c.strip() for c in keep.split(",") if c.strip()}
+        recipe = Recipe({n: (T.F16 if tensor_class(n) in kept else stock_types[n]) for n in stock_types})
+        out = work / f"{args.type}-f16-{'+'.join(sorted(kept)).replace('/', '+')}.gguf"
+        if not out.exists():
+            fit_model(args.model, out, recipe=recipe, options=options)
+        q = quality(tools, out, common, base)
+        print(f"{args.type} with {', '.join(sorted(kept))} kept F16 ({out.stat().st_size:,} B): KLD {q['kld']:.5f} "
+              f"({100 * (q['kld'] / whole['kld'] - 1):+.1f} %)  same top {q['same_top']:.2f} %  PPL {q['ppl']:.3f}",
+              flush=True)
+    if args.keep_f16:
+        return 0
     print("| quantized as in the stock file (the rest F16) | tensors | weight error energy / source energy "
           "| F16 would cost | KLD | share of the stock file's KLD | same top |")
     print("|---|---|---|---|---|---|---|")
