@@ -43,17 +43,36 @@ def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int,
     Returns:
         Up to ``max_tokens`` tokens; empty when no tail occurs earlier or ``max_tokens`` < 1.
     """
-    length = history.shape[0]
     if max_tokens < 1:
         return []
+    begin, _ = find_match(history, max_ngram, min_ngram)
+    return history[begin: begin + max_tokens].tolist() if begin >= 0 else []
+
+
+def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
+               longest: int = 0) -> tuple[int, int]:
+    """Where the continuation of the history's tail's most recent earlier occurrence
+    begins (as :func:`find_draft` looks it up), and how many tokens before it match the
+    history's end: the tail's length, or more — up to ``longest`` — where the match goes
+    on further back. (-1, 0) when no tail occurs earlier.
+
+    A long match says the reply is copying that passage: its continuation is far likelier
+    to be right than one found by a few common tokens.
+    """
+    length = history.shape[0]
     for size in range(min(max_ngram, length - 1), max(min_ngram, 1) - 1, -1):
         # Windows that start before the tail itself, so each has a continuation.
         windows = np.lib.stride_tricks.sliding_window_view(history[:-1], size)
         starts = np.flatnonzero((windows == history[-size:]).all(axis=1))
         if starts.size:
-            begin = int(starts[-1]) + size  # the most recent match copies the freshest text
-            return history[begin: begin + max_tokens].tolist()
-    return []
+            start = int(starts[-1])  # the most recent match copies the freshest text
+            extent = size
+            while extent < longest and start > 0 and \
+                    history[start - 1] == history[length - extent - 1]:
+                start -= 1
+                extent += 1
+            return int(starts[-1]) + size, extent
+    return -1, 0
 
 
 class DraftBatch:
