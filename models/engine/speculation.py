@@ -54,7 +54,7 @@ from models.engine.prompt_lookup import find_match
 MIN_NGRAM = 4
 # A match of at least this many tokens (the reply's end found earlier) is a long one: the
 # reply is copying that passage, and its drafts have an acceptance of their own.
-LONG_MATCH = 16
+LONG_MATCH = 32
 # A new reply's acceptance before it has drafted or watched a draft: middling, so that a
 # reply drafts at once only where tokens are cheap, and elsewhere watches first.
 FIRST_ACCEPTANCE = 0.5
@@ -259,9 +259,10 @@ class LookupDrafter:
 
     Drafts come in two kinds, each with an acceptance of its own: those found by a *long*
     match (the reply's last :data:`LONG_MATCH` tokens or more occur earlier: it is copying
-    that passage) and the others (a few tokens in common). Returning a file with a rename,
-    SmolLM2's long-match drafts were kept at 96–100 % and the others at 70–90 %, and on a
-    CPU only the first pay for themselves.
+    that passage) and the others (a few tokens in common). Replaying SmolLM2's replies to
+    the edit benchmark's requests, drafts from long matches were kept at 96–100 % and the
+    others at 70–90 %; where a draft token costs a third of a step or more, only the first
+    pay for long drafts.
 
     A draft whose kind's acceptance could pay for it (:func:`best_length` at the step
     cost of a reply alone) is *offered* to the step's plan; otherwise, and when the plan

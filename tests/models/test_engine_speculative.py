@@ -188,7 +188,7 @@ def test_long_matches_are_trusted_apart_from_short_ones():
     from models.engine.prompt_lookup import find_match
     from models.engine.speculation import LONG_MATCH, LookupDrafter, StepCost
 
-    passage = list(range(100, 140))
+    passage = list(range(100, 160))
     history = np.array(passage + [7] + passage[:LONG_MATCH], dtype=np.intc)
     assert find_match(history, 8, 4, 64) == (LONG_MATCH, LONG_MATCH)
     assert find_match(history, 8, 4) == (LONG_MATCH, 8)  # not followed back: the tail's
