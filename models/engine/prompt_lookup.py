@@ -60,19 +60,31 @@ def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
     to be right than one found by a few common tokens.
     """
     length = history.shape[0]
-    for size in range(min(max_ngram, length - 1), max(min_ngram, 1) - 1, -1):
-        # Windows that start before the tail itself, so each has a continuation.
-        windows = np.lib.stride_tricks.sliding_window_view(history[:-1], size)
-        starts = np.flatnonzero((windows == history[-size:]).all(axis=1))
-        if starts.size:
-            start = int(starts[-1])  # the most recent match copies the freshest text
-            extent = size
-            while extent < longest and start > 0 and \
-                    history[start - 1] == history[length - extent - 1]:
-                start -= 1
-                extent += 1
-            return int(starts[-1]) + size, extent
-    return -1, 0
+    most = min(max_ngram, length - 1)
+    least = max(min_ngram, 1)
+    if most < least:
+        return -1, 0
+    # Earlier places whose token is the history's last (each has a continuation), then
+    # how far back each goes on matching, up to the longest tail: one pass over the
+    # history, and a few over the places left.
+    ends = np.flatnonzero(history[:-1] == history[-1])
+    matched = np.ones(ends.shape[0], dtype=np.intp)
+    alive = np.arange(ends.shape[0])
+    for back in range(1, most):
+        alive = alive[ends[alive] >= back]
+        alive = alive[history[ends[alive] - back] == history[length - 1 - back]]
+        if not alive.size:
+            break
+        matched[alive] += 1
+    if not ends.size or matched.max() < least:
+        return -1, 0
+    size = int(matched.max())
+    end = int(ends[np.flatnonzero(matched >= size)[-1]])  # the most recent: freshest text
+    start, extent = end - size + 1, size
+    while extent < longest and start > 0 and history[start - 1] == history[length - extent - 1]:
+        start -= 1
+        extent += 1
+    return end + 1, extent
 
 
 class DraftBatch:

@@ -55,9 +55,11 @@ MIN_NGRAM = 4
 # A match of at least this many tokens (the reply's end found earlier) is a long one: the
 # reply is copying that passage, and its drafts have an acceptance of their own.
 LONG_MATCH = 32
-# A new reply's acceptance before it has drafted or watched a draft: middling, so that a
-# reply drafts at once only where tokens are cheap, and elsewhere watches first.
-FIRST_ACCEPTANCE = 0.5
+# A new reply's acceptance of each kind of draft before it has drafted or watched one:
+# middling for a short match, so that a reply drafts at once only where tokens are cheap
+# and elsewhere watches first; high for a long one (a passage being copied), whose drafts
+# were kept at 96-100 % — so a reply that copies drafts from its first long match on.
+FIRST_ACCEPTANCE = (0.5, 0.9)
 # How much of a reply's record of kept and cut drafts each later draft leaves.
 FORGET = 0.7
 # The cost of one more token in a step before any step was measured.
@@ -209,10 +211,11 @@ def expected_tokens(acceptance: float, length: int) -> float:
 
 
 def best_length(acceptance: float, cost: StepCost, longest: int) -> int:
-    """The draft length of a reply alone with the most expected tokens per unit of time
-    (0: draft nothing, when no length beats plain decoding by :data:`MIN_GAIN`)."""
+    """The draft length of a reply alone with the most expected tokens per unit of time,
+    among :data:`PLAN_LENGTHS` and ``longest`` (0: draft nothing, when no length beats
+    plain decoding by :data:`MIN_GAIN`)."""
     best, best_gain = 0, MIN_GAIN
-    for length in range(1, longest + 1):
+    for length in (*(n for n in PLAN_LENGTHS if n < longest), longest):
         gain = expected_tokens(acceptance, length) / cost.units([length + 1])
         if gain > best_gain:
             best, best_gain = length, gain
@@ -281,7 +284,7 @@ class LookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min(MIN_NGRAM, max_ngram)
         self.cost = cost
-        self.acceptance = FIRST_ACCEPTANCE  # of the kind of the draft offered last
+        self.acceptance = FIRST_ACCEPTANCE[0]  # of the kind of the draft offered last
         # Per kind (0: short match, 1: long): faded counts of kept tokens and of cut drafts.
         self._kept = [0.0, 0.0]
         self._cuts = [0.0, 0.0]
@@ -300,7 +303,7 @@ class LookupDrafter:
         """The acceptance of a kind of draft: tokens kept over tokens kept plus drafts cut
         short, from a prior of :data:`FIRST_ACCEPTANCE` worth two drafts."""
         kept, cuts = self._kept[kind], self._cuts[kind]
-        return (kept + 2 * FIRST_ACCEPTANCE) / (kept + cuts + 2.0)
+        return (kept + 2 * FIRST_ACCEPTANCE[kind]) / (kept + cuts + 2.0)
 
     def propose(self, tokens: Sequence[int], pending: Sequence[int], room: int) -> list[int]:
         """The draft to offer after ``tokens`` (the slot's cache, which only grows while a
