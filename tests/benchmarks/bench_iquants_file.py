@@ -10,7 +10,9 @@ quantizable weight). Each type is quantized by ``quantdesk quantize --type T --i
 --threads N`` and by ``llama-quantize --imatrix M IN OUT T N`` (its libraries beside it,
 the ``quantize.imatrix.*`` keys llama-quantize adds), both whole processes after
 ``os.sync()``, the two taking turns; the best wall time and CPU time of each, their
-ratio (goal: ≤ 0.5, ≤ 0.33 for IQ1_M and IQ2_XXS), whether the files are
+ratios (goal: ≤ 0.5, ≤ 0.33 for IQ1_M and IQ2_XXS; CPU time is the fair one on a shared
+machine), the share of the threads each kept busy (CPU / (wall × threads): on a loaded
+machine this is the share the scheduler gave, not idleness), whether the files are
 byte-identical and the load average after the type's runs are printed. A type that needs no importance matrix is run with it too,
 as people quantize these types.
 
@@ -65,8 +67,10 @@ def bench_type(name: str, src: Path, imatrix: Path, workdir: Path, quantdesk: li
         ours_runs.append(timed(ours_cmd, env))
     problem = describe_differences(ours, ref)
     best_ours, best_tool = min(r.wall for r in ours_runs), min(r.wall for r in tool_runs)
-    print(f"| {name} | {best_ours:.1f} (CPU {min(r.cpu for r in ours_runs):.1f}) | {best_tool:.1f} "
-          f"(CPU {min(r.cpu for r in tool_runs):.1f}) | {best_ours / best_tool:.2f} | ≤ {GOAL.get(name, 0.5)} | "
+    cpu_ours, cpu_tool = min(r.cpu for r in ours_runs), min(r.cpu for r in tool_runs)
+    print(f"| {name} | {best_ours:.1f} (CPU {cpu_ours:.1f}) | {best_tool:.1f} (CPU {cpu_tool:.1f}) | "
+          f"{best_ours / best_tool:.2f} | {cpu_ours / cpu_tool:.2f} | ≤ {GOAL.get(name, 0.5)} | "
+          f"{cpu_ours / (best_ours * threads):.2f} / {cpu_tool / (best_tool * threads):.2f} | "
           f"{'yes' if problem is None else 'NO: ' + problem} | {os.getloadavg()[0]:.1f} |", flush=True)
     fresh(ours, ref)
 
@@ -98,8 +102,9 @@ def main() -> int:
           f"{args.threads} threads, best of {args.repeats}; work folder {workdir}")
     warm = timed([sys.executable, "-c", COMPILE], env)
     print(f"first use: every kernel compiled into the work folder's cache, grids built: {warm.wall:.1f} s")
-    print("\n| type | quantdesk s | llama-quantize s | ratio | goal | identical | load |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| type | quantdesk s | llama-quantize s | wall ratio | CPU ratio | goal | threads busy, ours / tool "
+          "| identical | load |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.types.split(","):
         bench_type(name, src, imatrix, workdir, quantdesk, env, args.llama_quantize, args.threads, args.repeats)
     return 0

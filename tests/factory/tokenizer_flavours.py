@@ -16,6 +16,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Optional
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -60,9 +61,11 @@ SMOLVLM_IMAGE_SPECIALS = ["<fake_token_around_image>", "<image>", "<global-img>"
     f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)]
 
 
-def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int) -> TokenizerFiles:
+def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int,
+                         corpus: Optional[Iterable[str]] = None) -> TokenizerFiles:
     """A ChatML byte-level BPE with Qwen2's (``qwen2``) or SmolLM's (``smollm``) pre-tokenizer;
-    ``smolvlm`` is SmolLM's with SmolVLM's image markers added."""
+    ``smolvlm`` is SmolLM's with SmolVLM's image markers added. It is trained on ``corpus``
+    (default: the factory's small training corpus)."""
     tokenizer = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     if flavour == "qwen2":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -80,7 +83,8 @@ def write_byte_level_bpe(dest: Path, flavour: str, vocab_size: int, max_len: int
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     # libmtmd puts SmolVLM's overview after "\n\n" as one token, which SmolLM's vocabulary has.
     paragraphs = ["one\n\n\ntwo"] * 50 if flavour == "smolvlm" else []
-    tokenizer.train_from_iterator(TRAINING_CORPUS * 20 + paragraphs, trainer=trainer)
+    tokenizer.train_from_iterator(list(corpus) if corpus is not None else TRAINING_CORPUS * 20 + paragraphs,
+                                  trainer=trainer)
     tokenizer.save(str(dest / "tokenizer.json"))
     ids = {t: tokenizer.token_to_id(t) for t in specials}
     bos = None if flavour == "qwen2" else "<|im_start|>"

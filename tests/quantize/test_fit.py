@@ -119,3 +119,27 @@ def test_cancel_leaves_nothing(tiny, tmp_path):
     assert "Activations" in seen
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_imatrix_make_measures_the_model_first_and_keeps_its_matrix(tiny, tmp_path, capsys, monkeypatch):
+    """``--imatrix make``: the model's own importance matrix is made over every layer's
+    matrices, the fit uses it (its recipe names it), and the next job reuses it."""
+    import quantize.fit_job
+    from app.core.quality_checks import MeasureSettings, make_imatrix
+    from quantize.imatrix import load_imatrix
+
+    monkeypatch.setattr(quantize.fit_job, "ACTIVATION_CHUNKS", 2)  # 2 × 512 tokens of text: seconds, not minutes
+    with GGUFSource(tiny) as source:
+        low, high = fit_bounds(fit_problem(source))
+        matmuls = {t.name for t in source.tensors() if t.name.startswith("blk.") and len(t.shape) == 2}
+    out = tmp_path / "made.gguf"
+    assert main(["quantize", str(tiny), "--target-size", str(low + (high - low) // 3), "--imatrix", "make",
+                 "-o", str(out), "--threads", "2"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Importance matrix: "))
+    matrix = Path(line.removeprefix("Importance matrix: "))
+    assert "reused" not in line and matrix.is_file()
+    assert matmuls and matmuls <= set(load_imatrix(matrix).entries)  # every layer's matrices measured
+    assert load_recipe(tmp_path / "made.recipe.json").imatrix == str(matrix)
+    assert out.stat().st_size <= low + (high - low) // 3
+    again = make_imatrix(tiny, MeasureSettings(None, 512, 2))  # what the next --imatrix make asks for
+    assert again.reused and again.path == matrix
