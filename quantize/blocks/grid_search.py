@@ -18,10 +18,12 @@ better value keeps the first of equals.
 :func:`group_search_lanes` runs it for many groups at once: the kernels put the groups
 of a batch of blocks side by side as *lanes* (``xt[i, g]``: value ``i`` of group ``g``),
 so each trial's rounding, grid lookup, sums and choice is one loop across the lanes that
-LLVM vectorizes, each lane still summing in C's order; only the off-grid points' neighbour
-searches go one at a time. Measured against the group-at-a-time loop on the same data:
-the trials outside the neighbour searches became 5-10x cheaper, leaving those searches
-(a few to a few dozen listed points each, 70-80 % of the off-grid points) most of the time.
+LLVM vectorizes, each lane still summing in C's order. The off-grid points' neighbour
+searches (66-81 % of a trial's points, each listing a few to a few dozen grid points)
+were then most of the time; :func:`_filtered_neighbours` finds the same neighbour from
+per-point sums that do not depend on the trial scale, with a rigorous bound on C's
+float32 rounding deciding when C's own scoring must be run instead (ties and near-ties:
+about 0.1 % of the searches on normal data).
 """
 
 from __future__ import annotations
@@ -237,57 +239,236 @@ def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, km
     return scale
 
 
+#: The bound on how far C's float32 ``sum w*(s*q - x)²`` of ``width`` terms can be from its
+#: exact value is ``(width + this) * 2**-24`` times ``sum w*(s*q_max + |x|)²``: ``width - 1``
+#: roundings of the sum, about 6.2 in each term (see :func:`_filtered_neighbours`).
+_ROUNDING_TERMS = 8.0
+#: Absolute part (float32 underflow), far above the few ``2**-149`` each step can lose.
+_UNDERFLOW = 2.0 ** -140
+#: Beyond this the float32 sums might overflow; such points are scored as C scores them.
+_SAFE_TOTAL = 1e37
+
+
+@inline
+def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross, s_a, s_b):
+    """One pass over a neighbour list scoring each listed grid point ``q`` at two scales
+    (``s*A_q - 2B_q``, float64; ``A_q``, ``2B_q`` computed on first sight for this point
+    position, marked by ``tag`` in ``stamp``): per scale the least score, the second least
+    and the grid point of the least (the first of equals)."""
+    best_a = np.inf
+    second_a = np.inf
+    best_b = np.inf
+    second_b = np.inf
+    chosen_a = np.int32(neighbours[start + 1])
+    chosen_b = chosen_a
+    for j in range(1, np.int32(neighbours[start]) + 1):
+        candidate = np.int32(neighbours[start + j])
+        if stamp[candidate] != tag:
+            a = 0.0
+            b = 0.0
+            for i in range(width):
+                wq = wf[i] * np.float64(points[candidate, i])
+                a += wq * np.float64(points[candidate, i])
+                b += wq * xf[i]
+            area[candidate] = a
+            cross[candidate] = 2.0 * b
+            stamp[candidate] = tag
+        score_a = s_a * area[candidate] - cross[candidate]
+        score_b = s_b * area[candidate] - cross[candidate]
+        chosen_a = pick(score_a < best_a, candidate, chosen_a)
+        second_a = min(second_a, max(score_a, best_a))
+        best_a = min(best_a, score_a)
+        chosen_b = pick(score_b < best_b, candidate, chosen_b)
+        second_b = min(second_b, max(score_b, best_b))
+        best_b = min(best_b, score_b)
+    return best_a, second_a, chosen_a, best_b, second_b, chosen_b
+
+
+@inline
+def _put_point(trials, t, at, g, points, index, width):
+    """Grid point ``index``'s levels as trial ``t``'s point at ``at`` of lane ``g``."""
+    for i in range(width):
+        trials[t, at + i, g] = (points[index, i] - 1) // 2
+
+
+@helper
+def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points):
+    """The off-grid points of every trial of every active lane, each moved to its best
+    listed neighbour, as ``best_neighbour`` would choose it, mostly without scoring the
+    neighbours as C does.
+
+    For a point ``x`` with weights ``w`` and a trial scale ``s``, C's distance to grid
+    point ``q`` is ``sum w*(s*q - x)² = s(s*A_q - 2B_q) + C`` with ``A_q = sum w*q²``,
+    ``B_q = sum w*x*q``: ``A`` and ``B`` do not depend on the scale, so they are computed
+    once per point position and grid point (float64, exact to ~2**-50) and reused by every
+    trial scale, whose candidates then cost one multiply-add each. C rounds each of its
+    float32 distances by at most ``E(s) = (width + 8) * 2**-24 * sum w*(s*q_max + |x|)²``
+    (plus a tiny underflow term); when the best candidate's exact distance is more than
+    ``2E`` below every other's, C's float32 comparison picks the same one. Otherwise (ties,
+    near-ties, sums that could overflow or underflow float32) the point is scored exactly
+    as C does, in its order (:func:`best_neighbour`), so the bytes never change.
+
+    Neighbouring trial scales mostly round a point to the same lattice point (5-6 trials
+    in a row on normal data). Such a run is scored once, at its largest and smallest
+    scale: each ``s*A_q - 2B_q`` is linear in ``s``, so when one grid point is best at both
+    ends by more than ``2E(s_max)/s_min`` it is best by that much at every scale between
+    (and wins in C's float32 at each); otherwise each trial of the run is scored alone.
+
+    ``trials[t]`` holds trial ``t``'s levels (``(n, lanes)``, rewritten where a point was
+    off the grid), ``inv[t, g]`` its inverse scale, ``grid_index[t, k, g]`` what the map
+    says of its point ``k``.
+    """
+    n_trials, n_points = grid_index.shape[:2]
+    lanes = active.shape[0]
+    n_grid = points.shape[0]
+    area = np.empty(n_grid, np.float64)  # A_q
+    cross = np.empty(n_grid, np.float64)  # 2B_q
+    stamp = np.zeros(n_grid, np.int32)  # which (lane, point) area and cross were computed for
+    wf = np.empty(width, np.float64)
+    xf = np.empty(width, np.float64)
+    run_best = np.empty(n_trials, np.float64)
+    run_second = np.empty(n_trials, np.float64)
+    run_chosen = np.empty(n_trials, np.int32)
+    pending = np.empty(2 * n_trials + 2, np.int64)  # (first, last) trial ranges still to settle
+    q_top = 0.0
+    for j in range(n_grid):
+        for i in range(width):
+            q_top = max(q_top, np.float64(points[j, i]))
+    relative = (width + _ROUNDING_TERMS) * 2.0 ** -24
+    tag = 0
+    for k in range(n_points):
+        at = width * k
+        for g in range(lanes):
+            if not active[g]:
+                continue
+            tag += 1
+            sum_w = 0.0
+            sum_wx = 0.0
+            sum_wx2 = 0.0
+            sum_x = 0.0
+            for i in range(width):
+                w = np.float64(waux[at + i, g])
+                v = np.float64(xt[at + i, g])
+                wf[i] = w
+                xf[i] = v
+                sum_w += w
+                sum_wx += w * abs(v)
+                sum_wx2 += (w * v) * v
+                sum_x += abs(v)
+            t = 0
+            while t < n_trials:
+                index = grid_index[t, k, g]
+                if index >= 0:
+                    t += 1
+                    continue
+                end = t + 1
+                while end < n_trials and grid_index[end, k, g] == index:
+                    end += 1
+                start = -index - 1
+                # the run's scored trials: its first and last, then splits where they disagree
+                s_hi = np.float64(_ONE / inv[t, g])  # C's float32 trial scales, falling with t
+                s_lo = np.float64(_ONE / inv[end - 1, g])
+                (run_best[t], run_second[t], run_chosen[t], run_best[end - 1], run_second[end - 1],
+                 run_chosen[end - 1]) = _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross,
+                                                   s_hi, s_lo)
+                pending[0] = t
+                pending[1] = end - 1
+                depth = 1
+                while depth > 0:
+                    depth -= 1
+                    first = pending[2 * depth]
+                    last = pending[2 * depth + 1]
+                    s_hi = np.float64(_ONE / inv[first, g])
+                    s_lo = np.float64(_ONE / inv[last, g])
+                    top = s_hi * q_top
+                    total = (top * top) * sum_w + 2.0 * top * sum_wx + sum_wx2  # sum w*(s*q_max + |x|)²
+                    bound = relative * total + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width)
+                    margin = 2.0 * bound / s_lo
+                    if (total < _SAFE_TOTAL and run_chosen[first] == run_chosen[last]
+                            and run_second[first] - run_best[first] > margin
+                            and run_second[last] - run_best[last] > margin):
+                        for r in range(first, last + 1):
+                            _put_point(trials, r, at, g, points, run_chosen[first], width)
+                    elif last - first <= 1:
+                        for r in (first, last):
+                            scale = _ONE / inv[r, g]
+                            s = np.float64(scale)
+                            top = s * q_top
+                            total = (top * top) * sum_w + 2.0 * top * sum_wx + sum_wx2
+                            bound = relative * total + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width)
+                            if total < _SAFE_TOTAL and s * (run_second[r] - run_best[r]) > 2.0 * bound:
+                                _put_point(trials, r, at, g, points, run_chosen[r], width)
+                            else:
+                                best_neighbour(neighbours, start, points, xt, waux, g, at, scale, trials[r], width)
+                    else:
+                        middle = (first + last) // 2  # score middle and middle + 1, then each half
+                        (run_best[middle], run_second[middle], run_chosen[middle], run_best[middle + 1],
+                         run_second[middle + 1], run_chosen[middle + 1]) = _scan_list(
+                            neighbours, start, points, wf, xf, width, tag, stamp, area, cross,
+                            np.float64(_ONE / inv[middle, g]), np.float64(_ONE / inv[middle + 1, g]))
+                        pending[2 * depth] = first
+                        pending[2 * depth + 1] = middle
+                        pending[2 * depth + 2] = middle + 1
+                        pending[2 * depth + 3] = last
+                        depth += 2
+                t = end
+
+
 @helper
 def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step, n_trials, refit,
                        points, kmap, neighbours, levels):
     """The scale search of every lane of ``xt`` (``(n, lanes)``: one group's magnitudes a
     lane, ``wt`` its weights, ``waux`` their square roots) at once, as the module docstring
-    says: each trial runs over all lanes, each lane summing in C's order, so the lanes
-    vectorize; points off the grid go to their best neighbour one at a time; then each
-    active lane's re-fit. ``scale`` and ``levels`` (``(n, lanes)``) hold the start values
-    and get the results; inactive lanes are left as they are."""
+    says: every trial's levels for all lanes (vectorized), then the off-grid points'
+    neighbours lane by lane (:func:`_filtered_neighbours`), then each trial's sums and
+    choice for all lanes, each lane summing in C's order; then each active lane's re-fit.
+    ``scale`` and ``levels`` (``(n, lanes)``) hold the start values and get the results;
+    inactive lanes are left as they are."""
     n, lanes = xt.shape
     n_points = n // width
-    trial = np.empty((n, lanes), np.int32)
+    count = 2 * n_trials + 1
+    trials = np.empty((count, n, lanes), np.int32)
+    grid_index = np.empty((count, n_points, lanes), np.int32)
+    u = np.empty(lanes, np.int32)
+    inv = np.empty((count, lanes), np.float32)
     on_grid = np.empty((n_points, lanes), np.bool_)
-    on_trial = np.empty((n_points, lanes), np.bool_)
+    on_trials = np.empty((count, n_points, lanes), np.bool_)
     best = np.empty(lanes, np.float32)
-    inv = np.empty(lanes, np.float32)
     sumqx = np.empty(lanes, np.float32)
     sumq2 = np.empty(lanes, np.float32)
     better = np.empty(lanes, np.bool_)
-    index = np.empty(lanes, np.int32)
     for g in range(lanes):
         best[g] = _ZERO
     for k in range(n_points):
         for g in range(lanes):
             on_grid[k, g] = refit == REFIT_OFF_GRID
     center = f32(2 * kmax - 1)
-    for t in range(-n_trials, n_trials + 1):
-        numerator = center + f32(t) * step
+    for t in range(count):
+        numerator = center + f32(t - n_trials) * step
         for g in range(lanes):
-            inv[g] = numerator / top[g]
+            inv[t, g] = numerator / top[g]
+        for i in range(n):
+            for g in range(lanes):
+                l = nearest_int(_HALF * (inv[t, g] * xt[i, g] - _ONE))
+                trials[t, i, g] = max(0, min(kmax - 1, l))
+        for k in range(n_points):
+            for g in range(lanes):
+                u[g] = 0
+            for i in range(width):
+                for g in range(lanes):
+                    u[g] |= trials[t, width * k + i, g] << (bits * i)
+            for g in range(lanes):
+                grid_index[t, k, g] = kmap[u[g]]
+                on_trials[t, k, g] = grid_index[t, k, g] >= 0
+    _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points)
+    for t in range(count):
+        for g in range(lanes):
             sumqx[g] = _ZERO
             sumq2[g] = _ZERO
         for i in range(n):
             for g in range(lanes):
-                l = nearest_int(_HALF * (inv[g] * xt[i, g] - _ONE))
-                trial[i, g] = max(0, min(kmax - 1, l))
-        for k in range(n_points):
-            for g in range(lanes):
-                u = 0
-                for i in range(width):
-                    u |= trial[width * k + i, g] << (bits * i)
-                index[g] = kmap[u]
-            for g in range(lanes):
-                on_trial[k, g] = index[g] >= 0
-                if index[g] < 0 and active[g]:
-                    best_neighbour(neighbours, -index[g] - 1, points, xt, waux, g, width * k, _ONE / inv[g], trial,
-                                   width)
-        for i in range(n):
-            for g in range(lanes):
                 w = wt[i, g]
-                q = f32(2 * trial[i, g] + 1)
+                q = f32(2 * trials[t, i, g] + 1)
                 sumqx[g] += w * xt[i, g] * q
                 sumq2[g] += w * q * q
         for g in range(lanes):
@@ -297,10 +478,10 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
             best[g] = pick(better[g], fitted * sumqx[g], best[g])
         for i in range(n):
             for g in range(lanes):
-                levels[i, g] = pick(better[g], trial[i, g], levels[i, g])
+                levels[i, g] = pick(better[g], trials[t, i, g], levels[i, g])
         for k in range(n_points):
             for g in range(lanes):
-                on_grid[k, g] = pick(better[g], on_trial[k, g], on_grid[k, g])
+                on_grid[k, g] = pick(better[g], on_trials[t, k, g], on_grid[k, g])
     for g in range(lanes):
         if active[g]:
             scale[g] = _refit(xt, wt, waux, g, width, bits, kmax, scale[g], on_grid, refit, points, kmap, neighbours,
