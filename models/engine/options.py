@@ -46,7 +46,9 @@ class ChatOptions:
             Either way the reply is the same as without.
             (Token for token with flash attention on; llama.cpp's plain attention rounds
             a batch slightly differently from one token, which can flip a near-tie.)
-        draft_tokens: The most tokens guessed at once. 1 … 64.
+        draft_tokens: The most tokens guessed at once, 1 … 64. Prompt lookup chooses each
+            draft's length up to it from the reply's acceptance and the step's measured
+            cost, so the default (64) lets a reply that copies draft long.
         ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
         response_format: ``"text"`` (free), ``"json"`` (any JSON value), ``"json_schema"``
             (JSON matching ``schema``) or ``"grammar"`` (a GBNF ``grammar``). Constrained
@@ -85,7 +87,7 @@ class ChatOptions:
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     speculative: str = "prompt_lookup"
-    draft_tokens: int = 8
+    draft_tokens: int = 64
     ngram_size: int = 8
     response_format: str = "text"
     schema: Optional[Any] = None
@@ -226,7 +228,7 @@ def validate_options(options: ChatOptions, context_length: Optional[int] = None)
         raise QuantDeskError(f"The speculative decoding mode {options.speculative!r} is unknown.",
                              f"Choose one of: {', '.join(SPECULATIVE_MODES)}.")
     _integer("draft tokens", options.draft_tokens, 1, MAX_DRAFT_TOKENS,
-             "Use 8; more helps only when replies copy long passages.")
+             "Use 64 (prompt lookup chooses shorter drafts where they pay better).")
     _integer("n-gram size", options.ngram_size, 1, MAX_NGRAM_SIZE, "Use 8.")
     if options.thinking is not None and not isinstance(options.thinking, bool):
         raise QuantDeskError("The option thinking must be on, off or the model's default.",

@@ -43,17 +43,48 @@ def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int,
     Returns:
         Up to ``max_tokens`` tokens; empty when no tail occurs earlier or ``max_tokens`` < 1.
     """
-    length = history.shape[0]
     if max_tokens < 1:
         return []
-    for size in range(min(max_ngram, length - 1), max(min_ngram, 1) - 1, -1):
-        # Windows that start before the tail itself, so each has a continuation.
-        windows = np.lib.stride_tricks.sliding_window_view(history[:-1], size)
-        starts = np.flatnonzero((windows == history[-size:]).all(axis=1))
-        if starts.size:
-            begin = int(starts[-1]) + size  # the most recent match copies the freshest text
-            return history[begin: begin + max_tokens].tolist()
-    return []
+    begin, _ = find_match(history, max_ngram, min_ngram)
+    return history[begin: begin + max_tokens].tolist() if begin >= 0 else []
+
+
+def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
+               longest: int = 0) -> tuple[int, int]:
+    """Where the continuation of the history's tail's most recent earlier occurrence
+    begins (as :func:`find_draft` looks it up), and how many tokens before it match the
+    history's end: the tail's length, or more — up to ``longest`` — where the match goes
+    on further back. (-1, 0) when no tail occurs earlier.
+
+    A long match says the reply is copying that passage: its continuation is far likelier
+    to be right than one found by a few common tokens.
+    """
+    length = history.shape[0]
+    most = min(max_ngram, length - 1)
+    least = max(min_ngram, 1)
+    if most < least:
+        return -1, 0
+    # Earlier places whose token is the history's last (each has a continuation), then
+    # how far back each goes on matching, up to the longest tail: one pass over the
+    # history, and a few over the places left.
+    ends = np.flatnonzero(history[:-1] == history[-1])
+    matched = np.ones(ends.shape[0], dtype=np.intp)
+    alive = np.arange(ends.shape[0])
+    for back in range(1, most):
+        alive = alive[ends[alive] >= back]
+        alive = alive[history[ends[alive] - back] == history[length - 1 - back]]
+        if not alive.size:
+            break
+        matched[alive] += 1
+    if not ends.size or matched.max() < least:
+        return -1, 0
+    size = int(matched.max())
+    end = int(ends[np.flatnonzero(matched >= size)[-1]])  # the most recent: freshest text
+    start, extent = end - size + 1, size
+    while extent < longest and start > 0 and history[start - 1] == history[length - extent - 1]:
+        start -= 1
+        extent += 1
+    return end + 1, extent
 
 
 class DraftBatch:

@@ -16,10 +16,11 @@ the same number of tokens from each sequence, of consecutive sequence ids
 second pass over the weights, and a step of slots 0, 2 and 3 is two. So the step's drafts
 are chosen together (:func:`plan_drafts`) from:
 
-- :class:`StepCost`: a step's time as a fixed time per micro-batch plus a time per token,
-  fitted over the recent steps that read no prompt;
-- each reply's acceptance: the share of its drafted tokens it kept, recently
-  (:class:`LookupDrafter`).
+- :class:`StepCost`: a step's time, measured over the recent steps that read no prompt —
+  a one-token micro-batch (llama.cpp's vector kernels) on its own, any other as a fixed
+  time plus a time per token (the matrix kernels);
+- each reply's acceptance, per token, for drafts found by a long match (the reply is
+  copying a passage) apart from the others (:class:`LookupDrafter`).
 
 With acceptance ``p`` a draft of ``k`` tokens yields ``(1 − p^(k+1)) / (1 − p)`` tokens
 (:func:`expected_tokens`); the plan takes the drafts that give most tokens per unit of the
@@ -39,11 +40,11 @@ their distribution (the sampler sees the same picks and random draws).
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from models.engine.prompt_lookup import find_draft
+from models.engine.prompt_lookup import find_match
 
 # The shortest tail that is looked up (unless the request asks for shorter ones only).
 # Looking up long tails first and no shorter than 4 tokens keeps the drafts that are
@@ -51,11 +52,16 @@ from models.engine.prompt_lookup import find_draft
 # of the drafted tokens were right (79 % with tails of 3 and 2), in fewer passes, and in
 # prose a quarter as many drafts were proposed (all mostly wrong).
 MIN_NGRAM = 4
-# A new reply's acceptance before it has drafted or watched a draft: middling, so that a
-# reply drafts at once only where tokens are cheap, and elsewhere watches first.
-FIRST_ACCEPTANCE = 0.5
-# How much of the acceptance estimate one draft's outcome replaces.
-ACCEPTANCE_WEIGHT = 0.3
+# A match of at least this many tokens (the reply's end found earlier) is a long one: the
+# reply is copying that passage, and its drafts have an acceptance of their own.
+LONG_MATCH = 32
+# A new reply's acceptance of each kind of draft before it has drafted or watched one:
+# middling for a short match, so that a reply drafts at once only where tokens are cheap
+# and elsewhere watches first; high for a long one (a passage being copied), whose drafts
+# were kept at 96-100 % — so a reply that copies drafts from its first long match on.
+FIRST_ACCEPTANCE = (0.5, 0.9)
+# How much of a reply's record of kept and cut drafts each later draft leaves.
+FORGET = 0.7
 # The cost of one more token in a step before any step was measured.
 FIRST_EXTRA_COST = 0.1
 # Per step the fit cannot update (its recent steps all of one shape: nothing drafted), the
@@ -103,57 +109,98 @@ def ubatch_sizes(counts: Sequence[tuple[int, int]], n_ubatch: int, equal: bool) 
 
 
 class StepCost:
-    """Decode time against its micro-batches, fitted over recent steps.
+    """Decode time against the step's micro-batches, fitted over recent steps.
 
-    ``time ≈ fixed × micro-batches + per_token × tokens``: a least-squares fit through
-    exponentially weighted sums (the newest step weighs most; about the last
-    ``1 / (1 - decay)`` steps count), so it follows a machine whose load changes.
-    :attr:`ratio` is ``per_token / fixed``; :attr:`extra` the cost of one more token
-    relative to a one-token step, ``per_token / (fixed + per_token)``.
+    A micro-batch of one token takes llama.cpp's matrix-*vector* kernels; one of several
+    tokens the matrix-*matrix* ones, which cost a fixed time plus a time per token. On a
+    CPU the two differ: SmolLM2 at 1 thread took 1.9× a one-token step for two tokens but
+    only 0.63× more for each further one (5.6× for 8, 20.7× for 32), so a line through
+    the one-token steps would price long drafts as dear as the first extra token. So:
+
+    - ``single``: the time of a one-token micro-batch, an exponentially weighted mean of
+      the steps that were exactly that (a reply alone, plain);
+    - ``fixed`` and ``per_token``: a least-squares line through the other micro-batches
+      (a step's time less its one-token micro-batches' ``single``), over exponentially
+      weighted sums (about the last ``1 / (1 - decay)`` steps count), so it follows a
+      machine whose load changes.
+
+    Costs are in units of ``single`` (:meth:`units`). Until the line can be fitted (steps
+    of one shape only, as while nothing is drafted) it drifts towards the first guess —
+    each further token :data:`FIRST_EXTRA_COST` of a one-token step — so drafting resumes
+    now and then and is measured again.
     """
 
     def __init__(self, decay: float = 0.98) -> None:
         self.decay = decay
         self._sums = np.zeros(6)  # weight, Σuu, Σut, Σtt, Σuy, Σty (u micro-batches, t tokens)
+        self._single = 0.0  # seconds of a one-token step, weighted mean (0: none yet)
+        self._single_weight = 0.0
+        self._seen: set[int] = set()  # the step sizes seen (the first of each is not counted)
         pinned = os.environ.get(COST_ENV)
         self.pinned = pinned is not None
         self.extra = float(pinned) if self.pinned else FIRST_EXTRA_COST
 
     @property
     def extra(self) -> float:
-        return self.ratio / (1.0 + self.ratio)
+        """The cost of each further token in a micro-batch, in one-token steps."""
+        return self.per_token
 
     @extra.setter
     def extra(self, value: float) -> None:
-        value = min(max(value, 0.0), 0.99)
-        self.ratio = value / (1.0 - value)
+        """Price each token after a micro-batch's first at ``value`` one-token steps (a
+        micro-batch of one token costs one)."""
+        self.per_token = min(max(value, 0.001), 0.99)
+        self.fixed = 1.0 - self.per_token
 
     def add(self, sizes: Sequence[int], seconds: float) -> None:
         """Record a step (no prompt) of micro-batches of ``sizes`` tokens that took
         ``seconds``."""
         if self.pinned or not sizes:
             return
-        u, t = len(sizes), sum(sizes)
+        total = sum(sizes)
+        if total not in self._seen:  # a step of a new size also sets llama.cpp's graph up
+            self._seen.add(total)
+            return
+        ones = sum(1 for size in sizes if size == 1)
+        if ones == len(sizes):
+            self._single_weight = self._single_weight * self.decay + 1.0
+            self._single += (seconds / ones - self._single) / self._single_weight
+            self._relax()
+            return
+        if self._single > 0:
+            seconds -= ones * self._single
+        u, t = len(sizes) - ones, total - ones
         self._sums *= self.decay
         self._sums += (1.0, u * u, u * t, t * t, u * seconds, t * seconds)
         weight, uu, ut, tt, uy, ty = self._sums
         det = uu * tt - ut * ut
-        if weight < 8 or det < 0.05 * uu * tt:  # too few steps of differing shapes lately
-            first = FIRST_EXTRA_COST / (1.0 - FIRST_EXTRA_COST)
-            self.ratio = float(np.exp(np.log(self.ratio) + RELAX * np.log(first / self.ratio)))
-            return
-        fixed = (uy * tt - ty * ut) / det
-        per_token = (uu * ty - ut * uy) / det
-        if per_token <= 0:
-            self.ratio = 0.01
-        elif fixed <= 0:
-            self.ratio = 100.0
+        if weight >= 4 and det >= 0.02 * uu * tt:
+            fixed, per_token = (uy * tt - ty * ut) / det, (uu * ty - ut * uy) / det
+            unit = self._single or fixed + per_token  # no one-token step seen: the line's
+            if unit > 0:
+                self.fixed = max(fixed / unit, 0.001)
+                self.per_token = min(max(per_token / unit, 0.001), 10.0)
+                return
+        # Micro-batches of one size only lately: the line through their mean time and a
+        # one-token step's, when that is known; else the guess drifts back to the first.
+        size = t / u
+        if self._single > 0 and size > 1:
+            self.per_token = min(max((uy / uu / self._single - 1.0) / (size - 1.0), 0.001),
+                                 10.0)
+            self.fixed = max(1.0 - self.per_token, 0.001)
         else:
-            self.ratio = float(min(max(per_token / fixed, 0.01), 100.0))
+            self._relax()
+
+    def _relax(self) -> None:
+        """Move the line a little towards the first guess: while nothing is drafted it
+        cannot be measured, and an unlucky measurement must not stop drafting for good."""
+        self.per_token = float(np.exp(np.log(self.per_token)
+                                      + RELAX * np.log(FIRST_EXTRA_COST / self.per_token)))
+        self.fixed += RELAX * (1.0 - FIRST_EXTRA_COST - self.fixed)
 
     def units(self, sizes: Sequence[int]) -> float:
-        """A step's predicted time in fixed times of a micro-batch."""
-        return len(sizes) + self.ratio * sum(sizes)
+        """A step's predicted time in one-token steps."""
+        return sum(1.0 if size == 1 else self.fixed + self.per_token * size for size in sizes)
 
 
 def expected_tokens(acceptance: float, length: int) -> float:
@@ -163,12 +210,13 @@ def expected_tokens(acceptance: float, length: int) -> float:
     return (1.0 - acceptance ** (length + 1)) / (1.0 - acceptance)
 
 
-def best_length(acceptance: float, extra: float, longest: int) -> int:
-    """The draft length of a reply alone with the most expected tokens per unit of cost
-    (0: draft nothing, when no length beats plain decoding by :data:`MIN_GAIN`)."""
+def best_length(acceptance: float, cost: StepCost, longest: int) -> int:
+    """The draft length of a reply alone with the most expected tokens per unit of time,
+    among :data:`PLAN_LENGTHS` and ``longest`` (0: draft nothing, when no length beats
+    plain decoding by :data:`MIN_GAIN`)."""
     best, best_gain = 0, MIN_GAIN
-    for length in range(1, longest + 1):
-        gain = expected_tokens(acceptance, length) / (1.0 + extra * length)
+    for length in (*(n for n in PLAN_LENGTHS if n < longest), longest):
+        gain = expected_tokens(acceptance, length) / cost.units([length + 1])
         if gain > best_gain:
             best, best_gain = length, gain
     return best
@@ -212,10 +260,17 @@ def plan_drafts(counts: Sequence[tuple[int, int]], offers: dict[int, tuple[int, 
 class LookupDrafter:
     """One reply's prompt-lookup drafts, and its acceptance.
 
-    A reply whose acceptance could pay for a draft (:func:`best_length` at the step cost
-    of a reply alone) *offers* its draft to the step's plan; otherwise, and when the plan
-    leaves its draft out, the draft is *watched*: compared with the tokens the reply then
-    picks (:meth:`observe`), which teaches the acceptance without verifying anything.
+    Drafts come in two kinds, each with an acceptance of its own: those found by a *long*
+    match (the reply's last :data:`LONG_MATCH` tokens or more occur earlier: it is copying
+    that passage) and the others (a few tokens in common). Replaying SmolLM2's replies to
+    the edit benchmark's requests, drafts from long matches were kept at 96–100 % and the
+    others at 70–90 %; where a draft token costs a third of a step or more, only the first
+    pay for long drafts.
+
+    A draft whose kind's acceptance could pay for it (:func:`best_length` at the step
+    cost of a reply alone) is *offered* to the step's plan; otherwise, and when the plan
+    leaves it out, it is *watched*: compared with the tokens the reply then picks
+    (:meth:`observe`), which teaches the acceptance without verifying anything.
 
     Args:
         max_length: The most tokens one draft holds (the request's ``draft_tokens``).
@@ -229,50 +284,69 @@ class LookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min(MIN_NGRAM, max_ngram)
         self.cost = cost
-        self.acceptance = FIRST_ACCEPTANCE
+        self.acceptance = FIRST_ACCEPTANCE[0]  # of the kind of the draft offered last
+        # Per kind (0: short match, 1: long): faded counts of kept tokens and of cut drafts.
+        self._kept = [0.0, 0.0]
+        self._cuts = [0.0, 0.0]
+        self._kind = 0  # of the draft offered last
         self._history = np.zeros(capacity + max_length + 2, dtype=np.intc)
         self._known = 0  # tokens of the slot already copied into the history
         self._rest = 0
         self._next_rest = 1
         self._watched: list[int] = []  # a draft being compared with the picks
+        self._watched_kind = 0
         self._matched = 0  # its tokens picked so far
         self.drafted = 0
         self.accepted = 0
 
+    def rate(self, kind: int) -> float:
+        """The acceptance of a kind of draft: tokens kept over tokens kept plus drafts cut
+        short, from a prior of :data:`FIRST_ACCEPTANCE` worth two drafts."""
+        kept, cuts = self._kept[kind], self._cuts[kind]
+        return (kept + 2 * FIRST_ACCEPTANCE[kind]) / (kept + cuts + 2.0)
+
     def propose(self, tokens: Sequence[int], pending: Sequence[int], room: int) -> list[int]:
         """The draft to offer after ``tokens`` (the slot's cache, which only grows while a
         reply runs) and ``pending`` (chosen, not yet evaluated), at most ``room`` tokens;
-        [] when the reply's drafts do not pay (a draft found then is watched instead)."""
-        offering = best_length(self.acceptance, self.cost.extra, self.max_length) > 0
-        if not offering:
-            if self._watched or self._rest > 0:
-                self._rest -= not self._watched
-                return []
+        [] when it would not pay (a draft found then is watched instead)."""
+        pays = [best_length(self.rate(kind), self.cost, self.max_length) > 0 for kind in (0, 1)]
+        if not any(pays) and (self._watched or self._rest > 0):
+            self._rest -= not self._watched
+            return []
         limit = min(self.max_length, room, self._history.shape[0] - len(tokens) - len(pending))
         if limit < 1:
             return []
-        draft = self._look(tokens, pending, limit)
-        if offering:
+        draft, kind = self._look(tokens, pending, limit)
+        if draft and pays[kind]:
+            self._kind, self.acceptance = kind, self.rate(kind)
             self._next_rest = 1
             return draft
-        if draft:  # watched; the next look waits twice as long
-            self.watch(draft)
-            self._rest, self._next_rest = self._next_rest, min(LONGEST_REST, self._next_rest * 2)
+        if draft and not self._watched:
+            self.watch(draft, kind)
+            if not any(pays):  # nothing pays: the next look waits twice as long
+                self._rest, self._next_rest = self._next_rest, min(LONGEST_REST,
+                                                                   self._next_rest * 2)
         return []
 
-    def _look(self, tokens: Sequence[int], pending: Sequence[int], limit: int) -> list[int]:
+    def _look(self, tokens: Sequence[int], pending: Sequence[int],
+              limit: int) -> tuple[list[int], int]:
         end = len(tokens) + len(pending)
         history = self._history
         if self._known < len(tokens):
             history[self._known:len(tokens)] = tokens[self._known:]
             self._known = len(tokens)
         history[len(tokens):end] = pending
-        return find_draft(history[:end], self.max_ngram, limit, self.min_ngram)
+        begin, extent = find_match(history[:end], self.max_ngram, self.min_ngram, LONG_MATCH)
+        if begin < 0:
+            return [], 0
+        return history[begin:min(begin + limit, end)].tolist(), int(extent >= LONG_MATCH)
 
-    def watch(self, draft: list[int]) -> None:
-        """Compare ``draft`` with the tokens picked next (unless one is being compared)."""
+    def watch(self, draft: list[int], kind: Optional[int] = None) -> None:
+        """Compare ``draft`` with the tokens picked next (unless one is being compared);
+        ``kind``: of its match (by default that of the draft offered last)."""
         if draft and not self._watched:
             self._watched, self._matched = draft, 0
+            self._watched_kind = self._kind if kind is None else kind
 
     def observe(self, tokens: Sequence[int]) -> None:
         """The reply picked ``tokens`` (no draft of its own in the step): settle the
@@ -285,7 +359,7 @@ class LookupDrafter:
                 self._matched += 1
                 if self._matched < len(self._watched):
                     continue
-            self._learn(len(self._watched), self._matched)
+            self._learn(self._watched_kind, len(self._watched), self._matched)
             if self._matched == len(self._watched):  # right to the end: look again at once
                 self._rest, self._next_rest = 0, 1
             self._watched = []
@@ -297,11 +371,13 @@ class LookupDrafter:
         self.drafted += drafted
         self.accepted += accepted
         self._watched = []  # the verified draft went past what was watched
-        self._learn(drafted, accepted)
+        self._learn(self._kind, drafted, accepted)
+        self.acceptance = self.rate(self._kind)
 
-    def _learn(self, drafted: int, accepted: int) -> None:
-        # The per-token rate p that best explains the run: a draft cut after i kept tokens
-        # says i / (i + 1); one kept whole (k tokens) says at least that, (k + 1) / (k + 2).
-        observed = accepted / (accepted + 1) if accepted < drafted else \
-            (drafted + 1) / (drafted + 2)
-        self.acceptance += ACCEPTANCE_WEIGHT * (observed - self.acceptance)
+    def _learn(self, kind: int, drafted: int, accepted: int) -> None:
+        # The per-token rate p that best explains the recent drafts of a kind: tokens kept
+        # over tokens kept plus drafts cut short (a draft kept whole was cut nowhere), each
+        # draft's counts fading by FORGET per later draft of its kind. So a long draft kept
+        # whole counts as the many right guesses it was, where a short one says little.
+        self._kept[kind] = self._kept[kind] * FORGET + accepted
+        self._cuts[kind] = self._cuts[kind] * FORGET + (accepted < drafted)

@@ -263,6 +263,8 @@ def main() -> int:
                         help="serve the model's weights dequantized to F32")
     parser.add_argument("--no-flash-attention", action="store_true")
     parser.add_argument("--no-llama-server", action="store_true")
+    parser.add_argument("--llama-server-plain", action="store_true",
+                        help="also llama-server without speculation (its plain decoding)")
     parser.add_argument("--draft-tokens", type=int, default=0, metavar="N",
                         help="also ours with prompt lookup drafting at most N tokens at once")
     parser.add_argument("--identity", type=int, default=0, metavar="N",
@@ -309,6 +311,9 @@ def main() -> int:
                     servers.append(bench_server.start_llama_server(
                         tools, model, count, model_id, ["--spec-type", best] if best else [],
                         args.threads, flash))
+                    if args.llama_server_plain:
+                        servers.append(bench_server.start_llama_server(
+                            tools, model, count, model_id, [], args.threads, flash))
                 for workload in workloads:
                     sides = [Side("ours, prompt lookup", servers[0]),
                              Side("ours, plain", servers[0], dict(PLAIN))]
@@ -318,6 +323,8 @@ def main() -> int:
                     if tools is not None:
                         label = f"llama-server --spec-type {best}" if best else "llama-server"
                         sides.append(Side(label, servers[1]))
+                    if len(servers) > 2:
+                        sides.append(Side("llama-server, plain", servers[2]))
                     mismatches += compare(http, sides, model_id, workload, count, args.runs,
                                           args.chat_tokens)
                     sys.stdout.flush()
