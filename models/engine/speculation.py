@@ -64,10 +64,10 @@ FIRST_ACCEPTANCE = (0.5, 0.9)
 FORGET = 0.7
 # The cost of one more token in a step before any step was measured.
 FIRST_EXTRA_COST = 0.1
-# Per step the fit cannot update (its recent steps all of one shape: nothing drafted), the
-# share of the way its ratio goes back towards the first guess's, so that drafting resumes
-# now and then and is measured again: else one unlucky measurement of a slow step would
-# stop a reply alone from ever drafting again.
+# Per step that cannot measure a draft token's cost (a one-token step, or steps of one size
+# with no one-token step to compare), the share of the way that cost goes back towards the
+# first guess, so that drafting resumes now and then and is measured again: else one
+# unlucky measurement of a slow step would stop a reply alone from ever drafting again.
 RELAX = 0.02
 # A plan must promise this many times the tokens per unit of time of plain decoding.
 MIN_GAIN = 1.05
