@@ -47,6 +47,10 @@ from models.foundation.errors import QuantDeskError
 # batch on tokens a weak draft cannot know; for SmolLM2 F16, 0.75 (llama-server's old
 # --draft-p-min) drafted 44 of 150 tokens and ran at x0.68.
 MIN_DRAFT_PROBABILITY = 0.1
+# The most tokens a draft model guesses at once (llama-server's --draft-max default): each
+# costs a decode of the draft model, and unlike prompt lookup's drafts their length is not
+# planned against the step's cost.
+MOST_DRAFT_MODEL_TOKENS = 16
 # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE and SPEC_VOCAB_CHECK_START_TOKEN_ID.
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN = 5

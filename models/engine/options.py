@@ -48,7 +48,8 @@ class ChatOptions:
             a batch slightly differently from one token, which can flip a near-tie.)
         draft_tokens: The most tokens guessed at once, 1 … 64. Prompt lookup chooses each
             draft's length up to it from the reply's acceptance and the step's measured
-            cost, so the default (64) lets a reply that copies draft long.
+            cost, so the default (64) lets a reply that copies draft long; a draft model
+            guesses at most 16 (``draft_model.MOST_DRAFT_MODEL_TOKENS``).
         ngram_size: The longest run of recent tokens prompt lookup searches for. 1 … 8.
         response_format: ``"text"`` (free), ``"json"`` (any JSON value), ``"json_schema"``
             (JSON matching ``schema``) or ``"grammar"`` (a GBNF ``grammar``). Constrained

@@ -40,7 +40,7 @@ import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
 from models.engine.chat_template import PRESETS, guess_preset, render_chat
-from models.engine.draft_model import DraftModel
+from models.engine.draft_model import MOST_DRAFT_MODEL_TOKENS, DraftModel
 from models.engine.embedding import embed, embedding_params
 from models.engine.expert_offload import keep_experts_on_cpu
 from models.engine.llama_log import LlamaLogCapture, parse_offload_report
@@ -411,7 +411,8 @@ class LoadedModel:
             raise QuantDeskError("This path decodes draft-model replies only.",
                                  "Send other replies through the engine's batching loop.")
         with Sampler(options, self.llm.n_vocab()) as sampler, self.generation_threads(), \
-                DraftBatch(min(options.draft_tokens + 1, self.n_batch)) as drafts:
+                DraftBatch(min(options.draft_tokens, MOST_DRAFT_MODEL_TOKENS, self.n_batch - 1)
+                           + 1) as drafts:
             stats.seed = sampler.seed
             picked.append(sampler.sample(self.llm.ctx))
             while True:
