@@ -3,7 +3,7 @@
 A reply that copies from its prompt (editing a paragraph, quoting code) repeats long runs
 of tokens the conversation already holds. Prompt lookup guesses the next few tokens for
 free: find the most recent earlier place where the last ``n`` generated tokens occurred,
-and propose the tokens that followed them there (:func:`find_draft`). The model then
+and propose the tokens that followed them there (:func:`find_match`). The model then
 checks the whole guess in one batch (:class:`DraftBatch`), which costs little more than
 one token on a CPU because the weights are read once for all positions.
 
@@ -27,34 +27,15 @@ import llama_cpp.llama_cpp as llama_low
 import numpy as np
 
 
-def find_draft(history: np.ndarray, max_ngram: int, max_tokens: int,
-               min_ngram: int = 1) -> list[int]:
-    """Tokens that followed the most recent earlier occurrence of the history's tail.
-
-    Tries the longest tail first (``max_ngram`` tokens, down to 1): a longer match is a
-    more specific context, so its continuation is likelier to be right.
-
-    Args:
-        history: Every token of the conversation so far (prompt and reply), 1-D ints.
-        max_ngram: The longest tail to look up.
-        max_tokens: The most tokens to propose.
-        min_ngram: The shortest tail to look up.
-
-    Returns:
-        Up to ``max_tokens`` tokens; empty when no tail occurs earlier or ``max_tokens`` < 1.
-    """
-    if max_tokens < 1:
-        return []
-    begin, _ = find_match(history, max_ngram, min_ngram)
-    return history[begin: begin + max_tokens].tolist() if begin >= 0 else []
-
-
 def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
                longest: int = 0) -> tuple[int, int]:
-    """Where the continuation of the history's tail's most recent earlier occurrence
-    begins (as :func:`find_draft` looks it up), and how many tokens before it match the
-    history's end: the tail's length, or more — up to ``longest`` — where the match goes
-    on further back. (-1, 0) when no tail occurs earlier.
+    """Where the continuation of the most recent earlier occurrence of the history's tail
+    begins — the draft — and how many tokens before it match the history's end: the
+    tail's length, or more (up to ``longest``) where the match goes on further back.
+    (-1, 0) when no tail occurs earlier.
+
+    Tries the longest tail first (``max_ngram`` tokens, down to ``min_ngram``): a longer
+    match is a more specific context, so its continuation is likelier to be right.
 
     A long match says the reply is copying that passage: its continuation is far likelier
     to be right than one found by a few common tokens.

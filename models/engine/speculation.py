@@ -2,7 +2,7 @@
 
 Every generating reply may propose a *draft*: the tokens that followed the most recent
 earlier occurrence of its last few tokens, in its prompt or its own reply
-(:func:`~models.engine.prompt_lookup.find_draft`). The batching loop puts the draft into
+(:func:`~models.engine.prompt_lookup.find_match`). The batching loop puts the draft into
 the step's one ``llama_decode`` after the reply's chosen token, with logits at every
 position, beside the other replies' tokens; the reply's sampler then picks from those
 rows in turn and keeps the draft while its picks equal it (``batching.py``).

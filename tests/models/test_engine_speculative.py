@@ -57,8 +57,12 @@ def _brute_force_draft(history: list[int], max_ngram: int, max_tokens: int,
     return []
 
 
-def test_find_draft_matches_a_brute_force_search():
-    from models.engine.prompt_lookup import find_draft
+def test_lookup_matches_a_brute_force_search():
+    from models.engine.prompt_lookup import find_match
+
+    def find_draft(history, ngram, limit, least=1):
+        begin, _ = find_match(history, ngram, least)
+        return history[begin:begin + limit].tolist() if begin >= 0 and limit > 0 else []
 
     rng = np.random.default_rng(7)
     for _ in range(200):
