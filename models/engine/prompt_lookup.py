@@ -4,8 +4,10 @@ A reply that copies from its prompt (editing a paragraph, quoting code) repeats 
 of tokens the conversation already holds. Prompt lookup guesses the next few tokens for
 free: find the most recent earlier place where the last ``n`` generated tokens occurred,
 and propose the tokens that followed them there (:func:`find_match`). The model then
-checks the whole guess in one batch (:class:`DraftBatch`), which costs little more than
-one token on a CPU because the weights are read once for all positions.
+checks the whole guess in one batch (:class:`DraftBatch`), which reads the weights once
+for all positions: cheap where reading the weights is a step's cost (a larger model, a
+GPU), about 0.6 of a step per token where arithmetic is (SmolLM2 at one CPU thread), so
+how long a draft pays is measured (``speculation.py``).
 
 Verification keeps the output exactly what plain decoding gives: the engine's sampler
 picks a token from the logits of every position in turn, and a drafted token counts only
