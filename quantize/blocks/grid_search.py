@@ -198,14 +198,21 @@ def best_neighbour(neighbours, start, points, xt, wt, g, at, scale, levels, widt
         best_d2 = pick(better, d2, best_d2)
         best = pick(better, index, best)
     for i in range(width):
-        levels[at + i, g] = (points[best, i] - 1) // 2
+        levels[at + i, g] = (np.int32(points[best, i]) - 1) >> 1
 
 
 @helper
-def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, kmap, neighbours, levels):
+def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, kmap, neighbours, levels,
+           chosen, grid_index, certified, trial_inv):
     """After the trials, lane ``g``: the points ``refit`` names re-fitted to ``scale``, and
     the scale to them (when some point was off the grid, or always for ``REFIT_ALL``);
-    returns the scale."""
+    returns the scale.
+
+    ``levels`` hold trial ``chosen``'s levels (-1: no trial was chosen). A point that
+    rounds at ``scale`` to the lattice point it had in that trial, whose neighbour there was
+    certified over a range of trial scales (``1/trial_inv``) that holds ``scale`` (``certified``, see
+    :func:`_filtered_neighbours`), keeps that neighbour: it is the one C's search finds at
+    any scale of the range."""
     n = xt.shape[0]
     n_points = n // width
     off_grid = 0
@@ -223,10 +230,15 @@ def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, km
                 u |= max(0, min(kmax - 1, l)) << (bits * i)
             index = kmap[u]
             if index < 0:
+                if chosen >= 0 and grid_index[chosen, k, g] == index and certified[chosen, k, g, 0] >= 0:
+                    s = np.float64(scale)
+                    if (np.float64(_ONE / trial_inv[certified[chosen, k, g, 1], g]) <= s
+                            <= np.float64(_ONE / trial_inv[certified[chosen, k, g, 0], g])):
+                        continue
                 best_neighbour(neighbours, -index - 1, points, xt, waux, g, width * k, scale, levels, width)
             else:
                 for i in range(width):
-                    levels[width * k + i, g] = (points[index, i] - 1) // 2
+                    levels[width * k + i, g] = (np.int32(points[index, i]) - 1) >> 1
         sumqx = _ZERO
         sumq2 = _ZERO
         for i in range(n):
@@ -288,11 +300,11 @@ def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross
 def _put_point(trials, t, at, g, points, index, width):
     """Grid point ``index``'s levels as trial ``t``'s point at ``at`` of lane ``g``."""
     for i in range(width):
-        trials[t, at + i, g] = (points[index, i] - 1) // 2
+        trials[t, at + i, g] = (np.int32(points[index, i]) - 1) >> 1
 
 
 @helper
-def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points):
+def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points, certified):
     """The off-grid points of every trial of every active lane, each moved to its best
     listed neighbour, as ``best_neighbour`` would choose it, mostly without scoring the
     neighbours as C does.
@@ -316,7 +328,9 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
 
     ``trials[t]`` holds trial ``t``'s levels (``(n, lanes)``, rewritten where a point was
     off the grid), ``inv[t, g]`` its inverse scale, ``grid_index[t, k, g]`` what the map
-    says of its point ``k``.
+    says of its point ``k``. ``certified[t, k, g]`` gets, for an off-grid point, the first
+    and last trial of the range of scales over which its neighbour was shown best by the
+    margin (a settled run, or the trial alone), or -1 where C's scoring decided.
     """
     n_trials, n_points = grid_index.shape[:2]
     lanes = active.shape[0]
@@ -389,6 +403,8 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
                             and run_second[last] - run_best[last] > margin):
                         for r in range(first, last + 1):
                             _put_point(trials, r, at, g, points, run_chosen[first], width)
+                            certified[r, k, g, 0] = first
+                            certified[r, k, g, 1] = last
                     elif last - first <= 1:
                         for r in (first, last):
                             scale = _ONE / inv[r, g]
@@ -398,8 +414,11 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
                             bound = relative * total + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width)
                             if total < _SAFE_TOTAL and s * (run_second[r] - run_best[r]) > 2.0 * bound:
                                 _put_point(trials, r, at, g, points, run_chosen[r], width)
+                                certified[r, k, g, 0] = r
+                                certified[r, k, g, 1] = r
                             else:
                                 best_neighbour(neighbours, start, points, xt, waux, g, at, scale, trials[r], width)
+                                certified[r, k, g, 0] = -1
                     else:
                         middle = (first + last) // 2  # score middle and middle + 1, then each half
                         (run_best[middle], run_second[middle], run_chosen[middle], run_best[middle + 1],
@@ -433,12 +452,15 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
     inv = np.empty((count, lanes), np.float32)
     on_grid = np.empty((n_points, lanes), np.bool_)
     on_trials = np.empty((count, n_points, lanes), np.bool_)
+    certified = np.empty((count, n_points, lanes, 2), np.int32)
+    chosen = np.empty(lanes, np.int32)
     best = np.empty(lanes, np.float32)
     sumqx = np.empty(lanes, np.float32)
     sumq2 = np.empty(lanes, np.float32)
     better = np.empty(lanes, np.bool_)
     for g in range(lanes):
         best[g] = _ZERO
+        chosen[g] = -1
     for k in range(n_points):
         for g in range(lanes):
             on_grid[k, g] = refit == REFIT_OFF_GRID
@@ -460,7 +482,7 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
             for g in range(lanes):
                 grid_index[t, k, g] = kmap[u[g]]
                 on_trials[t, k, g] = grid_index[t, k, g] >= 0
-    _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points)
+    _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points, certified)
     for t in range(count):
         for g in range(lanes):
             sumqx[g] = _ZERO
@@ -476,6 +498,7 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
             fitted = sumqx[g] / sumq2[g]
             scale[g] = pick(better[g], fitted, scale[g])
             best[g] = pick(better[g], fitted * sumqx[g], best[g])
+            chosen[g] = pick(better[g], np.int32(t), chosen[g])
         for i in range(n):
             for g in range(lanes):
                 levels[i, g] = pick(better[g], trials[t, i, g], levels[i, g])
@@ -485,7 +508,7 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
     for g in range(lanes):
         if active[g]:
             scale[g] = _refit(xt, wt, waux, g, width, bits, kmax, scale[g], on_grid, refit, points, kmap, neighbours,
-                              levels)
+                              levels, chosen[g], grid_index, certified, inv)
 
 
 @inline
