@@ -24,6 +24,9 @@ from quantize.source import TensorSource
 
 #: Chunks of calibration text (of 512 tokens) run to measure the activations that weigh errors.
 ACTIVATION_CHUNKS = 16
+#: Input rows kept per weight matrix from that pass (spread over it): the fit computes each
+#: product from them, as llama.cpp's kernels do (:func:`quantize.fit.tensor_errors`).
+ACTIVATION_SAMPLE_ROWS = 128
 
 
 def recipe_target(source: TensorSource, recipe: Recipe, path: Path, options: PlanOptions,
@@ -97,4 +100,4 @@ def _activations(source: TensorSource, report, cancel) -> Optional[ImportanceMat
     from models.quality.text import builtin_text
 
     return measure_activations(Path(path), builtin_text(), MeasureOptions(chunks=ACTIVATION_CHUNKS, flash_attn="off"),
-                               report, cancel)
+                               report, cancel, sample_rows=ACTIVATION_SAMPLE_ROWS)
