@@ -17,19 +17,23 @@ loss least while the file stays within that size:
    dequantized. Where input rows of the tensor were recorded on calibration text, the
    error is the change of the matrix product *as llama.cpp's CPU kernels compute it*::
 
-       error(t, type) = mean over inputs x of ‖Ŵ·r_type(x) − W·r_source(x)‖²
+       error(t, type) = Σ_x ‖Ŵ·r_type(x) − W·r_source(x)‖² / Σ_x ‖W·r_source(x)‖²
 
    where ``r_type`` rounds the input as the kernel for that weight type does before its
    dot products (ggml-cpu's ``vec_dot_type``: Q8_0 blocks for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1
    for Q4_1/Q5_1, Q8_K for the 256-value types, F16 for F16, BF16 for BF16) — so a weight
    that a block type reproduces exactly still costs the 8-bit rounding of its inputs,
-   which only F16/BF16 avoid, and every type's cost is in one unit, the product's output
-   energy per token. Without recorded rows (a model llama.cpp cannot run, experts) the
-   error is the weight error weighted by the mean squared inputs ``a``::
+   which only F16/BF16 avoid. The error is relative — the product's noise over its signal —
+   because the scale of the inputs differs a thousandfold between layers of one model
+   (SmolLM2's ``ffn_down`` of layers 11 and 28 see "massive activations") while what
+   reaches the output does not. Without recorded rows (a model llama.cpp cannot run,
+   experts) the weight error weighted by the mean squared inputs ``a`` stands for it::
 
-       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)²   ≈ E‖(W − Ŵ) x‖²
+       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)² / Σ_rows Σ_j a_j W_ij²   ≈ E‖(W − Ŵ) x‖² / E‖W x‖²
 
-   Either is scaled from the sampled rows to all rows.
+   Either is measured on the sampled rows. Where the model can be run, each class of
+   tensor's errors are then converted to KL divergence of the model's output by a
+   measured gain (:mod:`quantize.fit_gains`), so that every tensor's error is in one unit.
 3. **Choice** (:func:`choose_types`): an exact multiple-choice knapsack — least total
    error under the byte budget — by dynamic programming over sizes rounded *up* to
    1/131072 of the budget (so the budget always holds), then the bytes that rounding left
@@ -46,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,7 +320,14 @@ def tensor_errors(tensor: SourceTensor, types: Sequence[T], imatrix: Optional[Im
         kinds = {INPUT_ROUNDING.get(q, T.F32) for q in types} | {INPUT_ROUNDING.get(tensor.stored_type, T.F32)}
         inputs = {kind: round_inputs(recorded, kind) for kind in kinds}
         reference = values.astype(np.float64) @ inputs[INPUT_ROUNDING.get(tensor.stored_type, T.F32)][0].T
-    scale = rows.shape[0] / len(picked)
+    if recorded is not None:
+        energy = float(np.square(reference).sum()) / len(recorded)
+    elif act_w is not None:
+        energy = sum(float(np.square(values[matrix_of == m], dtype=np.float64).sum(axis=0) @ act_w[m])
+                     for m in np.unique(matrix_of))
+    else:
+        energy = float(np.square(values, dtype=np.float64).sum())
+    scale = 1.0 / energy if energy > 0 else rows.shape[0] / len(picked)
     errors: dict[T, float] = {}
     for qtype in types:
         total = 0.0
@@ -380,6 +392,21 @@ def _prepare_encoders(problem: FitProblem, imatrix: bool, report: Optional[Progr
         check(cancel)
         progress.advance(1, f"the {qtype.name} quantizer (compiled once after an install, then loaded from the cache)")
         compile_kernels([qtype], imatrix or qtype in IMATRIX_REQUIRED_TYPES)
+
+
+_LAYER = re.compile(r"^blk\.\d+\.")
+
+
+def tensor_class(name: str) -> str:
+    """``blk.7.attn_v.weight`` → ``attn_v``; ``token_embd.weight`` → ``token_embd``."""
+    return _LAYER.sub("", name).removesuffix(".weight")
+
+
+def scale_errors(errors: Mapping[str, Mapping[T, float]], gains: Mapping[str, float]) -> dict[str, dict[T, float]]:
+    """Each tensor's errors times its class's gain (:mod:`quantize.fit_gains`; classes
+    without one keep theirs)."""
+    return {name: {q: e * gains.get(tensor_class(name), 1.0) for q, e in by_type.items()}
+            for name, by_type in errors.items()}
 
 
 # -- the choice ----------------------------------------------------------------------------
@@ -478,7 +505,8 @@ class FitResult:
 
 def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
                activations: Optional[ImportanceMatrix] = None, threads: Optional[int] = None,
-               report: Optional[ProgressCallback] = None, cancel: Optional[CancelToken] = None) -> FitResult:
+               report: Optional[ProgressCallback] = None, cancel: Optional[CancelToken] = None,
+               gains: Optional[Mapping[str, float]] = None) -> FitResult:
     """Choose every tensor's type for ``target``: check, measure, choose.
 
     Args:
@@ -487,6 +515,8 @@ def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
         options: The importance matrix (used to quantize, and to weigh errors when
             ``activations`` is ``None``).
         activations: Mean squared inputs measured on calibration text, to weigh errors.
+        gains: Each class's KL divergence per unit of error (:mod:`quantize.fit_gains`),
+            to put every tensor's errors in that one unit.
 
     Raises:
         QuantDeskError: the target is below the smallest possible file.
@@ -496,6 +526,8 @@ def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
     check_target(problem, target, Path(source.description).name)
     weights = activations if activations is not None else options.imatrix
     errors = measure_errors(problem, options.imatrix, weights, threads, report, cancel)
+    if gains:
+        errors = scale_errors(errors, gains)
     types = choose_types(problem, errors, target)
     recipe = Recipe(types, options.imatrix_given_path)
     size = problem.file_size(types)

@@ -129,6 +129,20 @@ def cached_activations(work: Path, measure, chunks: int):
     return activations
 
 
+def cached_gains(path: Path, measure) -> dict:
+    """Each class's KLD per unit of error (``quantize.fit_gains``), measured once per mode."""
+    if path.exists():
+        cached = json.loads(path.read_text())
+    else:
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        cached = {"gains": measure(), "seconds": time.perf_counter() - start, "load": load}
+        path.write_text(json.dumps(cached, indent=1))
+    print(f"class gains (once for every fit of this mode): {cached['seconds']:.1f} s, load {cached['load']:.1f}: "
+          + ", ".join(f"{k} {v:.3g}" for k, v in sorted(cached["gains"].items(), key=lambda kv: -kv[1])), flush=True)
+    return cached["gains"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_argument(parser)
@@ -151,7 +165,10 @@ def main() -> int:
     from app.core.quantize_queue import offered_types
     from models.quality.runner import MeasureOptions, generate_imatrix, measure_activations
     from models.quality.text import builtin_text
-    from quantize.fit import FitTarget
+    from quantize.fit import FitTarget, fit_problem
+    from quantize.fit_gains import measure_gains
+    from quantize.imatrix import load_imatrix
+    from quantize.job import open_source as source_of
     from quantize.fit_job import ACTIVATION_CHUNKS, ACTIVATION_SAMPLE_ROWS, fit_model
     from quantize.ftypes import FILE_TYPES
     from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
@@ -202,11 +219,15 @@ def main() -> int:
                       f"{measured[n]['same_top']:.2f} %  PPL {measured[n]['ppl']:.3f}", flush=True)
         if args.stage == "stock":
             continue
+        gains = cached_gains(folder / "gains.json", lambda: measure_gains(
+            args.model, fit_problem(source_of(args.model), options.plan_options(load_imatrix(imatrix) if imatrix else None)),
+            options, activations))
         for s in size_names:
             out = folder / f"fit-{s}.gguf"
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            fit_model(args.model, out, FitTarget(file_size=stock[s]), options=options, activations=activations)
+            fit_model(args.model, out, FitTarget(file_size=stock[s]), options=options, activations=activations,
+                      gains=gains)
             fit_time = time.perf_counter() - start
             q = quality(tools, out, common, base)
             candidates = {n: m for n, m in measured.items() if stock[n] <= stock[s]}

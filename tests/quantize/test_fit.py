@@ -27,6 +27,16 @@ def tiny(tmp_path_factory) -> Path:
     return write_tiny_llama(folder / "tiny-F16.gguf", TinyLlama(n_layer=3, n_embd=256, n_ff=512, seed=3))
 
 
+@pytest.fixture
+def uncalibrated(monkeypatch):
+    """For fits whose classes' gains are not what a test checks: every class keeps a gain of 1
+    and the probe files are not measured (seconds a fit; see
+    ``test_every_class_of_tensor_gets_a_measured_gain``)."""
+    import quantize.fit_gains
+
+    monkeypatch.setattr(quantize.fit_gains, "measure_gains", lambda *args, **kwargs: {})
+
+
 def test_sizes_as_people_write_them():
     assert parse_size("123456") == 123456
     assert parse_size("3.5GB") == 3_500_000_000
@@ -76,7 +86,8 @@ def test_the_choice_is_the_least_error_that_fits(tiny):
     assert 8 * data / problem.n_parameters <= by_bits.bits_per_weight
 
 
-def test_fitted_file_stays_within_the_size_and_its_recipe_rewrites_it_byte_for_byte(tiny, tmp_path, capsys):
+def test_fitted_file_stays_within_the_size_and_its_recipe_rewrites_it_byte_for_byte(tiny, tmp_path, capsys,
+                                                                                     uncalibrated):
     with GGUFSource(tiny) as source:
         low, high = fit_bounds(fit_problem(source))
     target = (low + high) // 2
@@ -123,7 +134,8 @@ def test_cancel_leaves_nothing(tiny, tmp_path):
 
 
 
-def test_imatrix_make_measures_the_model_first_and_keeps_its_matrix(tiny, tmp_path, capsys, monkeypatch):
+def test_imatrix_make_measures_the_model_first_and_keeps_its_matrix(tiny, tmp_path, capsys, monkeypatch,
+                                                                   uncalibrated):
     """``--imatrix make``: the model's own importance matrix is made over every layer's
     matrices, the fit uses it (its recipe names it), and the next job reuses it."""
     import quantize.fit_job
@@ -263,3 +275,31 @@ def test_the_activations_pass_keeps_input_rows_for_every_matrix(tiny):
         rows = measured.samples[name]
         assert rows.shape == (16, vector.size) and np.isfinite(rows).all()
         assert 0.2 < np.square(rows).mean() / vector.mean() < 5
+
+
+def test_every_class_of_tensor_gets_a_measured_gain(tiny, monkeypatch):
+    """Each class's errors are converted to the KL divergence a probe file (that class in
+    Q4_0, the rest F16) measures on the calibration text, and the probe files are removed."""
+    import tempfile
+
+    import quantize.fit_gains
+    from models.quality.runner import MeasureOptions, measure_activations
+    from models.quality.text import builtin_text
+    from quantize.fit import scale_errors, tensor_class
+    from quantize.fit_gains import measure_gains
+    from quantize.job import QuantizeOptions
+
+    monkeypatch.setattr(quantize.fit_gains, "GAIN_CHUNKS", 1)
+    activations = measure_activations(tiny, builtin_text(), MeasureOptions(chunks=1, n_batch=512, flash_attn="off"),
+                                      sample_rows=16)
+    with GGUFSource(tiny) as source:
+        problem = fit_problem(source)
+    before = set(Path(tempfile.gettempdir()).glob("quantdesk-gains-*"))
+    gains = measure_gains(tiny, problem, QuantizeOptions(threads=2), activations)
+    assert set(Path(tempfile.gettempdir()).glob("quantdesk-gains-*")) == before
+    assert set(gains) == {tensor_class(t.name) for t, _ in problem.choices}
+    assert {"attn_v", "ffn_down", "token_embd"} <= set(gains)
+    assert all(0 < g < float("inf") for g in gains.values())
+    errors = {"blk.1.attn_v.weight": {T.Q4_0: 2.0}, "token_embd.weight": {T.Q4_0: 3.0}}
+    assert scale_errors(errors, gains) == {"blk.1.attn_v.weight": {T.Q4_0: 2.0 * gains["attn_v"]},
+                                           "token_embd.weight": {T.Q4_0: 3.0 * gains["token_embd"]}}
