@@ -17,19 +17,22 @@ loss least while the file stays within that size:
    dequantized. Where input rows of the tensor were recorded on calibration text, the
    error is the change of the matrix product *as llama.cpp's CPU kernels compute it*::
 
-       error(t, type) = Σ_x ‖Ŵ·r_type(x) − W·r_source(x)‖² / Σ_x ‖W·r_source(x)‖²
+       error(t, type) = mean_x ‖Ŵ·r_type(x) − W·r_source(x)‖² / (median_j a_j · Σ W²)
 
    where ``r_type`` rounds the input as the kernel for that weight type does before its
    dot products (ggml-cpu's ``vec_dot_type``: Q8_0 blocks for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1
    for Q4_1/Q5_1, Q8_K for the 256-value types, F16 for F16, BF16 for BF16) — so a weight
    that a block type reproduces exactly still costs the 8-bit rounding of its inputs,
-   which only F16/BF16 avoid. The error is relative — the product's noise over its signal —
-   because the scale of the inputs differs a thousandfold between layers of one model
-   (SmolLM2's ``ffn_down`` of layers 11 and 28 see "massive activations") while what
-   reaches the output does not. Without recorded rows (a model llama.cpp cannot run,
-   experts) the weight error weighted by the mean squared inputs ``a`` stands for it::
+   which only F16/BF16 avoid. The error is relative to the product's output for inputs of
+   the tensor's typical scale, ``median_j a_j · Σ W²`` with ``a_j`` the mean squared input of
+   column ``j``: the scale of the inputs differs a thousandfold between layers of one model
+   while what reaches the output does not, and the median, not the mean, because in some
+   layers a few columns carry "massive activations" (SmolLM2's ``ffn_down`` of layers 11
+   and 28) that would make every other column's error look small. Without recorded rows
+   (a model llama.cpp cannot run, experts) the weight error weighted by ``a`` stands for
+   the numerator::
 
-       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)² / Σ_rows Σ_j a_j W_ij²   ≈ E‖(W − Ŵ) x‖² / E‖W x‖²
+       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)² / (median_j a_j · Σ W²)
 
    Either is measured on the sampled rows. Where the model can be run, each class of
    tensor's errors are then converted to KL divergence of the model's output by a
@@ -320,13 +323,15 @@ def tensor_errors(tensor: SourceTensor, types: Sequence[T], imatrix: Optional[Im
         kinds = {INPUT_ROUNDING.get(q, T.F32) for q in types} | {INPUT_ROUNDING.get(tensor.stored_type, T.F32)}
         inputs = {kind: round_inputs(recorded, kind) for kind in kinds}
         reference = values.astype(np.float64) @ inputs[INPUT_ROUNDING.get(tensor.stored_type, T.F32)][0].T
+    # the output energy for inputs of the tensor's typical (median) column scale
     if recorded is not None:
-        energy = float(np.square(reference).sum()) / len(recorded)
+        typical = np.full(n_matrices, float(np.median(np.mean(np.square(recorded, dtype=np.float64), axis=0))))
     elif act_w is not None:
-        energy = sum(float(np.square(values[matrix_of == m], dtype=np.float64).sum(axis=0) @ act_w[m])
-                     for m in np.unique(matrix_of))
+        typical = np.median(act_w, axis=1).astype(np.float64)
     else:
-        energy = float(np.square(values, dtype=np.float64).sum())
+        typical = np.ones(n_matrices)
+    energy = sum(float(np.square(values[matrix_of == m], dtype=np.float64).sum()) * typical[m]
+                 for m in np.unique(matrix_of))
     scale = 1.0 / energy if energy > 0 else rows.shape[0] / len(picked)
     errors: dict[T, float] = {}
     for qtype in types:

@@ -1,7 +1,7 @@
 """Putting every tensor's error in one unit: the model's output divergence, per class of tensor.
 
 :func:`quantize.fit.tensor_errors` measures what a type does to one matrix product (its
-noise over its signal). A unit of that does not cost the model's output the same
+error relative to its typical output). A unit of that does not cost the model's output the same
 everywhere: an error in the values of attention or in the output head reaches the logits
 differently from one in a gate. So, per class of tensor (``attn_q``, ``ffn_down``, …,
 ``token_embd``, ``output``), the fit measures it: a file with that class's tensors in a
