@@ -1,8 +1,9 @@
 """Prompt-lookup drafts for each reply of the batching loop, as long as they pay.
 
-Every generating reply may propose a *draft*: the tokens that followed the most recent
-earlier occurrence of its last few tokens, in its prompt or its own reply
-(:func:`~models.engine.prompt_lookup.find_match`). The batching loop puts the draft into
+Every generating reply may propose a *draft*: the tokens that followed the earlier
+occurrence of its last few tokens that matches furthest back, in its prompt or its own
+reply (:func:`~models.engine.prompt_lookup.find_match`; repeated when that occurrence is
+in the reply's own recent text, :func:`repeat_continuation`). The batching loop puts the draft into
 the step's one ``llama_decode`` after the reply's chosen token, with logits at every
 position, beside the other replies' tokens; the reply's sampler then picks from those
 rows in turn and keeps the draft while its picks equal it (``batching.py``).
@@ -257,6 +258,18 @@ def plan_drafts(counts: Sequence[tuple[int, int]], offers: dict[int, tuple[int, 
     return best
 
 
+def repeat_continuation(continuation: np.ndarray, limit: int) -> list[int]:
+    """The draft after a match whose continuation runs up to the history's end: its tokens,
+    then — when the match is ``len(continuation)`` tokens back, so the text repeats with
+    that period — the same tokens again, up to ``limit``. A reply going round a loop (a
+    list, a table, a model repeating itself) drafts as far ahead as a fresh passage."""
+    tokens = continuation[:limit].tolist()
+    period = len(tokens)
+    while 0 < period and len(tokens) < limit:
+        tokens.extend(tokens[:min(period, limit - len(tokens))])
+    return tokens
+
+
 class LookupDrafter:
     """One reply's prompt-lookup drafts, and its acceptance.
 
@@ -339,7 +352,7 @@ class LookupDrafter:
         begin, extent = find_match(history[:end], self.max_ngram, self.min_ngram, LONG_MATCH)
         if begin < 0:
             return [], 0
-        return history[begin:min(begin + limit, end)].tolist(), int(extent >= LONG_MATCH)
+        return repeat_continuation(history[begin:end], limit), int(extent >= LONG_MATCH)
 
     def watch(self, draft: list[int], kind: Optional[int] = None) -> None:
         """Compare ``draft`` with the tokens picked next (unless one is being compared);
