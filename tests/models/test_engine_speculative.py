@@ -141,6 +141,28 @@ def test_step_cost_is_fitted_from_step_times(monkeypatch):
     assert alone.units([5]) == pytest.approx(3.4, rel=0.01)
 
 
+def test_a_size_measured_is_priced_by_its_own_time(monkeypatch):
+    """Matrix kernels cost no line at small sizes (F32 SmolLM2 at one thread: 2 tokens 1.49
+    one-token steps, 65 tokens 17): a reply drafting 64 at a time must not price a 2-token
+    draft by the line through its 65-token steps."""
+    from models.engine.speculation import COST_ENV, StepCost
+
+    monkeypatch.delenv(COST_ENV)
+    cost = StepCost()
+    curve = {1: 1.0, 3: 1.3, 5: 2.6, 65: 17.0}
+    for _ in range(30):
+        for size in (1, 65, 65, 65, 65, 3, 5):
+            cost.add([size], 0.040 * curve[size])
+    line = cost.fixed + cost.per_token * 3
+    assert line > 1.6  # the line, fitted mostly through 65-token steps, is dear at 3
+    assert cost.units([3]) == pytest.approx(1.3, rel=0.05)
+    assert cost.units([65]) == pytest.approx(17.0, rel=0.05)
+    assert cost.units([4]) == pytest.approx(cost.fixed + cost.per_token * 4)  # not seen: the line
+    for _ in range(400):  # nothing drafted for long: the sizes' own times fade into the line
+        cost.add([1], 0.040)
+    assert abs(cost.units([3]) - (cost.fixed + cost.per_token * 3)) < 0.1
+
+
 def test_draft_length_pays_for_itself():
     from models.engine.speculation import StepCost, best_length
 
