@@ -277,7 +277,7 @@ def test_the_activations_pass_keeps_input_rows_for_every_matrix(tiny):
         assert 0.2 < np.square(rows).mean() / vector.mean() < 5
 
 
-def test_every_class_of_tensor_gets_a_measured_gain(tiny, monkeypatch):
+def test_every_class_of_tensor_gets_a_measured_gain(tiny, monkeypatch, tmp_path):
     """Each class's errors are converted to the KL divergence a probe file (that class in
     Q4_0, the rest F16) measures on the calibration text, and the probe files are removed."""
     import tempfile
@@ -294,9 +294,9 @@ def test_every_class_of_tensor_gets_a_measured_gain(tiny, monkeypatch):
                                       sample_rows=16)
     with GGUFSource(tiny) as source:
         problem = fit_problem(source)
-    before = set(Path(tempfile.gettempdir()).glob("quantdesk-gains-*"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the probe files go
     gains = measure_gains(tiny, problem, QuantizeOptions(threads=2), activations)
-    assert set(Path(tempfile.gettempdir()).glob("quantdesk-gains-*")) == before
+    assert list(tmp_path.iterdir()) == []
     assert set(gains) == {tensor_class(t.name) for t, _ in problem.choices}
     assert {"attn_v", "ffn_down", "token_embd"} <= set(gains)
     assert all(0 < g < float("inf") for g in gains.values())
