@@ -8,16 +8,35 @@ loss least while the file stays within that size:
    (256-value k-/i-quants only when a row is a multiple of 256; the 32-value types
    always), the grid i-quants only where an importance matrix covers the tensor
    (llama.cpp's ``tensor_requires_imatrix``), never the ternary or MXFP4 types (made
-   for models trained for them). Tensors llama.cpp never quantizes keep their type.
-2. **Sensitivity** (:func:`measure_errors`): for each tensor and candidate, the rows are
-   quantized by the very encoder the writer uses (with the importance matrix when one is
-   given, so the bytes are those of the file) and dequantized, and the error is weighted by
-   the tensor's mean squared input activations ``a`` measured on calibration text::
+   for models trained for them); and F16 (BF16 too where the source holds BF16, whose
+   range F16 may not hold) — llama.cpp stores any tensor so. Tensors llama.cpp never
+   quantizes keep their type.
+2. **Sensitivity** (:func:`measure_errors`): for each tensor and candidate, a sample of
+   rows spread over the tensor is quantized by the very encoder the writer uses (with the
+   importance matrix when one is given, so the bytes are those of the file) and
+   dequantized. Where input rows of the tensor were recorded on calibration text, the
+   error is the change of the matrix product *as llama.cpp's CPU kernels compute it*::
 
-       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)²   ≈ E‖(W − Ŵ) x‖²
+       error(t, type) = mean_x ‖Ŵ·r_type(x) − W·r_source(x)‖² / (median_j a_j · Σ W²)
 
-   — the energy the quantization adds to that matrix product's output per token. A sample
-   of rows spread over the tensor stands for it (scaled to all rows).
+   where ``r_type`` rounds the input as the kernel for that weight type does before its
+   dot products (ggml-cpu's ``vec_dot_type``: Q8_0 blocks for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1
+   for Q4_1/Q5_1, Q8_K for the 256-value types, F16 for F16, BF16 for BF16) — so a weight
+   that a block type reproduces exactly still costs the 8-bit rounding of its inputs,
+   which only F16/BF16 avoid. The error is relative to the product's output for inputs of
+   the tensor's typical scale, ``median_j a_j · Σ W²`` with ``a_j`` the mean squared input of
+   column ``j``: the scale of the inputs differs a thousandfold between layers of one model
+   while what reaches the output does not, and the median, not the mean, because in some
+   layers a few columns carry "massive activations" (SmolLM2's ``ffn_down`` of layers 11
+   and 28) that would make every other column's error look small. Without recorded rows
+   (a model llama.cpp cannot run, experts) the weight error weighted by ``a`` stands for
+   the numerator::
+
+       error(t, type) = Σ_rows Σ_j a_j (W_ij − Ŵ_ij)² / (median_j a_j · Σ W²)
+
+   Either is measured on the sampled rows. Where the model can be run, each class of
+   tensor's errors are then converted to KL divergence of the model's output by a
+   measured gain (:mod:`quantize.fit_gains`), so that every tensor's error is in one unit.
 3. **Choice** (:func:`choose_types`): an exact multiple-choice knapsack — least total
    error under the byte budget — by dynamic programming over sizes rounded *up* to
    1/131072 of the budget (so the budget always holds), then the bytes that rounding left
@@ -34,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +109,9 @@ def candidate_types(tensor: SourceTensor, covered_by_imatrix: bool) -> tuple[T, 
         types += TYPES_256
         if covered_by_imatrix:
             types += TYPES_256_IMATRIX
-    if not types:  # rows not even a multiple of 32: llama.cpp's fallback keeps them F16
-        return (T.F16,)
+    types.append(T.F16)  # no rounding of the inputs to 8 bits, at 16 bits a weight
+    if tensor.stored_type == T.BF16:
+        types.append(T.BF16)
     return tuple(sorted(set(types), key=lambda t: (tensor_bytes(tensor.shape, t), t.name)))
 
 
@@ -201,6 +222,74 @@ def _dequantize(data: np.ndarray, qtype: T) -> np.ndarray:
     return dequantize(data, qtype).reshape(data.shape[0], -1)
 
 
+#: How llama.cpp's CPU matrix product rounds the inputs of a weight of each type before its
+#: dot products (ggml-cpu's ``vec_dot_type``); types not named keep F32 inputs.
+INPUT_ROUNDING = {
+    **{q: T.Q8_0 for q in (T.Q4_0, T.Q5_0, T.Q8_0, T.IQ4_NL)},
+    **{q: T.Q8_1 for q in (T.Q4_1, T.Q5_1)},
+    **{q: T.Q8_K for q in (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+                           T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS)},
+    T.F16: T.F16, T.BF16: T.BF16,
+}
+
+
+def round_inputs(x: np.ndarray, kind: T) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """Input rows ``x`` as the kernel sees them after rounding to ``kind`` (float64), and for
+    Q8_1 each 32-value block's stored sum ``fp16(d·Σq)``, which Q4_1/Q5_1 multiply by their
+    minimum (ggml's ``quantize_row_q8_*_ref``, rounding to nearest)."""
+    x = np.asarray(x, dtype=np.float32)
+    if kind == T.F16:
+        return x.astype(np.float16).astype(np.float64), None
+    if kind == T.BF16:
+        bits = x.view(np.uint32).astype(np.uint64)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64), None
+    if kind not in (T.Q8_0, T.Q8_1, T.Q8_K):
+        return x.astype(np.float64), None
+    size = 256 if kind == T.Q8_K else 32
+    blocks = x.reshape(x.shape[0], -1, size)
+    if kind == T.Q8_K:
+        at = np.abs(blocks).argmax(axis=2)[..., None]
+        peak = np.take_along_axis(blocks, at, axis=2)  # the signed value of largest magnitude
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iscale = np.where(peak != 0, np.float32(-127) / peak, np.float32(0)).astype(np.float32)
+            d = np.where(peak != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+        q = np.minimum(127, np.rint(iscale * blocks))
+        return (q * d).reshape(x.shape).astype(np.float64), None
+    d = (np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inverse)
+    restored = (q * d.astype(np.float16).astype(np.float64)).reshape(x.shape)
+    sums = None
+    if kind == T.Q8_1:
+        sums = (d[..., 0].astype(np.float64) * q.sum(axis=2)).astype(np.float32).astype(np.float16)
+    return restored.astype(np.float64), None if sums is None else sums.astype(np.float64)
+
+
+def _block_minimums(data: np.ndarray, qtype: T) -> Optional[np.ndarray]:
+    """Q4_1/Q5_1 blocks' minimums ``m`` (rows, blocks): the kernel adds ``m · s`` with the
+    input block's stored sum ``s`` rather than the sum of the rounded inputs."""
+    if qtype not in (T.Q4_1, T.Q5_1):
+        return None
+    block_bytes = 20 if qtype == T.Q4_1 else 24
+    raw = np.ascontiguousarray(data).reshape(data.shape[0], -1, block_bytes)
+    return np.ascontiguousarray(raw[:, :, 2:4]).view(np.float16)[..., 0].astype(np.float64)
+
+
+def kernel_product(restored: np.ndarray, minimums: Optional[np.ndarray], qtype: T,
+                   inputs: Mapping[T, tuple[np.ndarray, Optional[np.ndarray]]]) -> np.ndarray:
+    """``(rows, inputs)``: the dequantized rows ``restored`` times the inputs, as llama.cpp's
+    CPU dot product for ``qtype`` computes it (inputs rounded by :func:`round_inputs`, keyed
+    by the rounding kind; ``minimums`` from :func:`_block_minimums`)."""
+    x, sums = inputs[INPUT_ROUNDING.get(qtype, T.F32)]
+    y = restored.astype(np.float64) @ x.T
+    if minimums is not None and sums is not None:
+        block_sums = x.reshape(x.shape[0], -1, 32).sum(axis=2)
+        y += minimums @ (sums - block_sums).T
+    return y
+
+
 def tensor_errors(tensor: SourceTensor, types: Sequence[T], imatrix: Optional[ImportanceMatrix],
                   activations: Optional[ImportanceMatrix]) -> dict[T, float]:
     """``error(tensor, type)`` for each of ``types`` (see the module's docstring).
@@ -209,7 +298,8 @@ def tensor_errors(tensor: SourceTensor, types: Sequence[T], imatrix: Optional[Im
         tensor: The tensor, loaded here (a sample of its rows).
         types: Candidate types.
         imatrix: Used by the encoder, as the writer uses it.
-        activations: Mean squared inputs per column; ``None`` weighs columns equally.
+        activations: Mean squared inputs per column, and input rows where they were
+            recorded; ``None`` weighs columns equally.
     """
     from quantize.blocks.widen import to_f32
     from quantize.encode import encode_rows
@@ -220,25 +310,56 @@ def tensor_errors(tensor: SourceTensor, types: Sequence[T], imatrix: Optional[Im
     values = to_f32(np.ascontiguousarray(rows[picked]))
     if tensor.release:
         tensor.release()
-    rows_per_matrix = rows.shape[0] // max(1, _n_matrices(tensor))
+    n_matrices = _n_matrices(tensor)
+    rows_per_matrix = rows.shape[0] // max(1, n_matrices)
     matrix_of = picked // max(1, rows_per_matrix)
     quant_w = imatrix.for_tensor(tensor.name, tensor.shape) if imatrix is not None else None
     act_w = activations.for_tensor(tensor.name, tensor.shape) if activations is not None else None
-    scale = rows.shape[0] / len(picked)
+    recorded = activations.samples.get(tensor.name) if activations is not None and n_matrices == 1 else None
+    if recorded is not None and (recorded.ndim != 2 or recorded.shape[1] != tensor.n_per_row or not len(recorded)):
+        recorded = None
+    inputs, reference = {}, None
+    if recorded is not None:
+        kinds = {INPUT_ROUNDING.get(q, T.F32) for q in types} | {INPUT_ROUNDING.get(tensor.stored_type, T.F32)}
+        inputs = {kind: round_inputs(recorded, kind) for kind in kinds}
+        reference = values.astype(np.float64) @ inputs[INPUT_ROUNDING.get(tensor.stored_type, T.F32)][0].T
+    # the output energy for inputs of the tensor's typical (median) column scale
+    if recorded is not None:
+        typical = np.full(n_matrices, float(np.median(np.mean(np.square(recorded, dtype=np.float64), axis=0))))
+    elif act_w is not None:
+        typical = np.median(act_w, axis=1).astype(np.float64)
+    else:
+        typical = np.ones(n_matrices)
+    energy = sum(float(np.square(values[matrix_of == m], dtype=np.float64).sum()) * typical[m]
+                 for m in np.unique(matrix_of))
+    scale = 1.0 / energy if energy > 0 else rows.shape[0] / len(picked)
     errors: dict[T, float] = {}
     for qtype in types:
         total = 0.0
         for m in np.unique(matrix_of):
             sel = values[matrix_of == m]
             weights = None if quant_w is None else quant_w[m]
-            if qtype == T.F16:
-                restored = sel.astype(np.float16).astype(np.float32)
+            minimums = None
+            if qtype in (T.F16, T.BF16):
+                restored = _to_float_type(sel, qtype)
             else:
-                restored = _dequantize(encode_rows(sel, qtype, weights), qtype)
+                data = encode_rows(sel, qtype, weights)
+                restored = _dequantize(data, qtype)
+                minimums = _block_minimums(data, qtype)
+            if recorded is not None:
+                y = kernel_product(restored, minimums, qtype, inputs)
+                total += float(np.square(y - reference).sum()) / len(recorded)
+                continue
             diff = np.square(sel - restored, dtype=np.float64).sum(axis=0)
             total += float(diff @ act_w[m]) if act_w is not None else float(diff.sum())
         errors[qtype] = total * scale
     return errors
+
+
+def _to_float_type(values: np.ndarray, qtype: T) -> np.ndarray:
+    if qtype == T.F16:
+        return values.astype(np.float16).astype(np.float32)
+    return round_inputs(values, T.BF16)[0].astype(np.float32)
 
 
 def _n_matrices(tensor: SourceTensor) -> int:
@@ -276,6 +397,21 @@ def _prepare_encoders(problem: FitProblem, imatrix: bool, report: Optional[Progr
         check(cancel)
         progress.advance(1, f"the {qtype.name} quantizer (compiled once after an install, then loaded from the cache)")
         compile_kernels([qtype], imatrix or qtype in IMATRIX_REQUIRED_TYPES)
+
+
+_LAYER = re.compile(r"^blk\.\d+\.")
+
+
+def tensor_class(name: str) -> str:
+    """``blk.7.attn_v.weight`` → ``attn_v``; ``token_embd.weight`` → ``token_embd``."""
+    return _LAYER.sub("", name).removesuffix(".weight")
+
+
+def scale_errors(errors: Mapping[str, Mapping[T, float]], gains: Mapping[str, float]) -> dict[str, dict[T, float]]:
+    """Each tensor's errors times its class's gain (:mod:`quantize.fit_gains`; classes
+    without one keep theirs)."""
+    return {name: {q: e * gains.get(tensor_class(name), 1.0) for q, e in by_type.items()}
+            for name, by_type in errors.items()}
 
 
 # -- the choice ----------------------------------------------------------------------------
@@ -374,7 +510,8 @@ class FitResult:
 
 def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
                activations: Optional[ImportanceMatrix] = None, threads: Optional[int] = None,
-               report: Optional[ProgressCallback] = None, cancel: Optional[CancelToken] = None) -> FitResult:
+               report: Optional[ProgressCallback] = None, cancel: Optional[CancelToken] = None,
+               gains: Optional[Mapping[str, float]] = None) -> FitResult:
     """Choose every tensor's type for ``target``: check, measure, choose.
 
     Args:
@@ -383,6 +520,8 @@ def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
         options: The importance matrix (used to quantize, and to weigh errors when
             ``activations`` is ``None``).
         activations: Mean squared inputs measured on calibration text, to weigh errors.
+        gains: Each class's KL divergence per unit of error (:mod:`quantize.fit_gains`),
+            to put every tensor's errors in that one unit.
 
     Raises:
         QuantDeskError: the target is below the smallest possible file.
@@ -392,6 +531,8 @@ def fit_recipe(source: TensorSource, target: FitTarget, options: PlanOptions,
     check_target(problem, target, Path(source.description).name)
     weights = activations if activations is not None else options.imatrix
     errors = measure_errors(problem, options.imatrix, weights, threads, report, cancel)
+    if gains:
+        errors = scale_errors(errors, gains)
     types = choose_types(problem, errors, target)
     recipe = Recipe(types, options.imatrix_given_path)
     size = problem.file_size(types)

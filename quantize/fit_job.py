@@ -24,6 +24,9 @@ from quantize.source import TensorSource
 
 #: Chunks of calibration text (of 512 tokens) run to measure the activations that weigh errors.
 ACTIVATION_CHUNKS = 16
+#: Input rows kept per weight matrix from that pass (spread over it): the fit computes each
+#: product from them, as llama.cpp's kernels do (:func:`quantize.fit.tensor_errors`).
+ACTIVATION_SAMPLE_ROWS = 128
 
 
 def recipe_target(source: TensorSource, recipe: Recipe, path: Path, options: PlanOptions,
@@ -45,15 +48,20 @@ def recipe_path(output: Path) -> Path:
 
 def fit_model(input, output: Path, target: Optional[FitTarget] = None, recipe: Optional[Recipe] = None,
               options=None, report: Optional[ProgressCallback] = None,
-              cancel: Optional[CancelToken] = None, activations: Optional[ImportanceMatrix] = None):
+              cancel: Optional[CancelToken] = None, activations: Optional[ImportanceMatrix] = None,
+              gains: Optional[dict] = None):
     """Fit a model to ``target`` (or apply ``recipe``) and write it, with its recipe beside it.
 
     Stages: "Activations" (the model run on QuantDesk's calibration text, when the input is
-    a GGUF and no recipe is given), "Measuring", then the quantize job's own stages.
+    a GGUF and no recipe is given), "Measuring", "Calibrating" (each class of tensor's
+    gain, :mod:`quantize.fit_gains`, when the input is a GGUF), then the quantize job's
+    own stages.
 
     Args:
         activations: Measured before (:func:`models.quality.runner.measure_activations`);
             measured here when ``None``.
+        gains: Measured before (:func:`quantize.fit_gains.measure_gains`); measured here
+            when ``None``.
 
     Returns:
         :class:`~models.foundation.jobs.JobResult`: the GGUF, then its ``.recipe.json``.
@@ -78,7 +86,12 @@ def fit_model(input, output: Path, target: Optional[FitTarget] = None, recipe: O
             check_target(problem, target, Path(source.description).name)
             if activations is None:
                 activations = _activations(source, report, cancel)
-            recipe = fit_recipe(source, target, plan_options, activations, options.threads, report, cancel).recipe
+            if gains is None and activations is not None:
+                from quantize.fit_gains import measure_gains
+
+                gains = measure_gains(Path(source.path), problem, options, activations, report, cancel)
+            recipe = fit_recipe(source, target, plan_options, activations, options.threads, report, cancel,
+                                gains).recipe
         quantize_target = recipe_target(source, recipe, output, plan_options)
         result = quantize_model(source, [quantize_target], options, report, cancel)
         saved = recipe.save(recipe_path(output), Path(source.description).name)
@@ -97,4 +110,4 @@ def _activations(source: TensorSource, report, cancel) -> Optional[ImportanceMat
     from models.quality.text import builtin_text
 
     return measure_activations(Path(path), builtin_text(), MeasureOptions(chunks=ACTIVATION_CHUNKS, flash_attn="off"),
-                               report, cancel)
+                               report, cancel, sample_rows=ACTIVATION_SAMPLE_ROWS)

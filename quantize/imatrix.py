@@ -61,6 +61,8 @@ class ImportanceMatrix:
         datasets: Calibration text files named in the imatrix.
         chunk_count: Chunks of text the matrix was computed on (0 when unknown).
         is_legacy: Whether it came from the legacy ``.dat`` format.
+        samples: Tensor name → ``(rows, n_per_row)`` input rows seen on the text, when they
+            were kept (:func:`models.quality.runner.measure_activations`; never saved).
     """
 
     path: Path
@@ -68,6 +70,7 @@ class ImportanceMatrix:
     datasets: list[str] = field(default_factory=list)
     chunk_count: int = 0
     is_legacy: bool = False
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
 
     def for_tensor(self, name: str, shape: Sequence[int]) -> Optional[np.ndarray]:
         """The ``(n_mat, n_per_row)`` weights of tensor ``name``, or ``None`` if it has none.

@@ -31,16 +31,17 @@ import numpy as np
 
 def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
                longest: int = 0) -> tuple[int, int]:
-    """Where the continuation of the most recent earlier occurrence of the history's tail
-    begins — the draft — and how many tokens before it match the history's end: the
-    tail's length, or more (up to ``longest``) where the match goes on further back.
+    """Where the continuation of the best earlier occurrence of the history's tail begins
+    — the draft — and how many tokens before it match the history's end: the tail's
+    length, or more (up to ``longest``) where the match goes on further back.
     (-1, 0) when no tail occurs earlier.
 
     Tries the longest tail first (``max_ngram`` tokens, down to ``min_ngram``): a longer
-    match is a more specific context, so its continuation is likelier to be right.
-
-    A long match says the reply is copying that passage: its continuation is far likelier
-    to be right than one found by a few common tokens.
+    match is a more specific context, so its continuation is likelier to be right. Among
+    the places that match that tail, the one whose match goes furthest back (up to
+    ``longest``) wins, the most recent of those on a tie (the freshest text): a reply
+    copying a passage finds that passage rather than a later place where the same few
+    tokens recur, and a long match says its continuation is far likelier to be right.
     """
     length = history.shape[0]
     most = min(max_ngram, length - 1)
@@ -48,26 +49,30 @@ def find_match(history: np.ndarray, max_ngram: int, min_ngram: int = 1,
     if most < least:
         return -1, 0
     # Earlier places whose token is the history's last (each has a continuation), then
-    # how far back each goes on matching, up to the longest tail: one pass over the
-    # history, and a few over the places left.
+    # how far back each goes on matching: up to the longest tail for all of them, then
+    # further (up to ``longest``) for those that matched the longest tail — one pass over
+    # the history, and a few over the places left.
     ends = np.flatnonzero(history[:-1] == history[-1])
+    if not ends.size:
+        return -1, 0
     matched = np.ones(ends.shape[0], dtype=np.intp)
     alive = np.arange(ends.shape[0])
-    for back in range(1, most):
+    for back in range(1, max(most, min(longest, length - 1))):
+        if back == most:  # past the longest tail: only its places are followed back
+            if matched.max() < most:
+                break
+            alive = alive[matched[alive] == most]
         alive = alive[ends[alive] >= back]
         alive = alive[history[ends[alive] - back] == history[length - 1 - back]]
         if not alive.size:
             break
         matched[alive] += 1
-    if not ends.size or matched.max() < least:
+    size = min(int(matched.max()), most)
+    if size < least:
         return -1, 0
-    size = int(matched.max())
-    end = int(ends[np.flatnonzero(matched >= size)[-1]])  # the most recent: freshest text
-    start, extent = end - size + 1, size
-    while extent < longest and start > 0 and history[start - 1] == history[length - extent - 1]:
-        start -= 1
-        extent += 1
-    return end + 1, extent
+    candidates = np.flatnonzero(matched >= size)
+    best = candidates[np.flatnonzero(matched[candidates] == matched[candidates].max())[-1]]
+    return int(ends[best]) + 1, int(matched[best])
 
 
 class DraftBatch:

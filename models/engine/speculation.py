@@ -1,8 +1,9 @@
 """Prompt-lookup drafts for each reply of the batching loop, as long as they pay.
 
-Every generating reply may propose a *draft*: the tokens that followed the most recent
-earlier occurrence of its last few tokens, in its prompt or its own reply
-(:func:`~models.engine.prompt_lookup.find_match`). The batching loop puts the draft into
+Every generating reply may propose a *draft*: the tokens that followed the earlier
+occurrence of its last few tokens that matches furthest back, in its prompt or its own
+reply (:func:`~models.engine.prompt_lookup.find_match`; repeated when that occurrence is
+in the reply's own recent text, :func:`repeat_continuation`). The batching loop puts the draft into
 the step's one ``llama_decode`` after the reply's chosen token, with logits at every
 position, beside the other replies' tokens; the reply's sampler then picks from those
 rows in turn and keeps the draft while its picks equal it (``batching.py``).
@@ -69,6 +70,8 @@ FIRST_EXTRA_COST = 0.1
 # first guess, so that drafting resumes now and then and is measured again: else one
 # unlucky measurement of a slow step would stop a reply alone from ever drafting again.
 RELAX = 0.02
+# How many steps' worth the fitted line counts for against a size's own measured steps.
+SIZE_PRIOR = 0.5
 # A plan must promise this many times the tokens per unit of time of plain decoding.
 MIN_GAIN = 1.05
 # The longest rest (steps) between two looks of a reply whose drafts do not pay.
@@ -124,10 +127,16 @@ class StepCost:
       weighted sums (about the last ``1 / (1 - decay)`` steps count), so it follows a
       machine whose load changes.
 
+    - a step of one micro-batch of a size seen before: its own measured time, mostly. The
+      matrix kernels' cost is not a line at small sizes (F32 weights, one thread: 2 tokens
+      1.49 one-token steps, 4: 2.29, 8: 3.33, 32: 9.51), and a line fitted where a reply
+      copying drafts 64 tokens at a time prices a 3-token draft nearly twice what it costs.
+
     Costs are in units of ``single`` (:meth:`units`). Until the line can be fitted (steps
     of one shape only, as while nothing is drafted) it drifts towards the first guess —
-    each further token :data:`FIRST_EXTRA_COST` of a one-token step — so drafting resumes
-    now and then and is measured again.
+    each further token :data:`FIRST_EXTRA_COST` of a one-token step — and the sizes'
+    own times count for less and less, so drafting resumes now and then and is measured
+    again.
     """
 
     def __init__(self, decay: float = 0.98) -> None:
@@ -136,6 +145,8 @@ class StepCost:
         self._single = 0.0  # seconds of a one-token step, weighted mean (0: none yet)
         self._single_weight = 0.0
         self._seen: set[int] = set()  # the step sizes seen (the first of each is not counted)
+        # Steps of one micro-batch, by size: [weight, mean time in one-token steps].
+        self._sizes: dict[int, list[float]] = {}
         pinned = os.environ.get(COST_ENV)
         self.pinned = pinned is not None
         self.extra = float(pinned) if self.pinned else FIRST_EXTRA_COST
@@ -167,6 +178,10 @@ class StepCost:
             self._single += (seconds / ones - self._single) / self._single_weight
             self._relax()
             return
+        if len(sizes) == 1 and self._single > 0:
+            entry = self._sizes.setdefault(total, [0.0, 0.0])
+            entry[0] = entry[0] * self.decay + 1.0
+            entry[1] += (seconds / self._single - entry[1]) / entry[0]
         if self._single > 0:
             seconds -= ones * self._single
         u, t = len(sizes) - ones, total - ones
@@ -197,10 +212,24 @@ class StepCost:
         self.per_token = float(np.exp(np.log(self.per_token)
                                       + RELAX * np.log(FIRST_EXTRA_COST / self.per_token)))
         self.fixed += RELAX * (1.0 - FIRST_EXTRA_COST - self.fixed)
+        for entry in self._sizes.values():
+            entry[0] *= 1.0 - RELAX
 
     def units(self, sizes: Sequence[int]) -> float:
         """A step's predicted time in one-token steps."""
-        return sum(1.0 if size == 1 else self.fixed + self.per_token * size for size in sizes)
+        return sum(self._micro_batch(size) for size in sizes)
+
+    def _micro_batch(self, size: int) -> float:
+        """A micro-batch's predicted time: the line's, moved towards the size's own measured
+        time as far as that has been measured lately (one step: two thirds of the way)."""
+        if size == 1:
+            return 1.0
+        line = self.fixed + self.per_token * size
+        entry = self._sizes.get(size)
+        if entry is None:
+            return line
+        weight, measured = entry
+        return (weight * measured + SIZE_PRIOR * line) / (weight + SIZE_PRIOR)
 
 
 def expected_tokens(acceptance: float, length: int) -> float:
@@ -255,6 +284,18 @@ def plan_drafts(counts: Sequence[tuple[int, int]], offers: dict[int, tuple[int, 
                     if v > best_value:
                         best, best_value = plan, v
     return best
+
+
+def repeat_continuation(continuation: np.ndarray, limit: int) -> list[int]:
+    """The draft after a match whose continuation runs up to the history's end: its tokens,
+    then — when the match is ``len(continuation)`` tokens back, so the text repeats with
+    that period — the same tokens again, up to ``limit``. A reply going round a loop (a
+    list, a table, a model repeating itself) drafts as far ahead as a fresh passage."""
+    tokens = continuation[:limit].tolist()
+    period = len(tokens)
+    while 0 < period and len(tokens) < limit:
+        tokens.extend(tokens[:min(period, limit - len(tokens))])
+    return tokens
 
 
 class LookupDrafter:
@@ -339,7 +380,7 @@ class LookupDrafter:
         begin, extent = find_match(history[:end], self.max_ngram, self.min_ngram, LONG_MATCH)
         if begin < 0:
             return [], 0
-        return history[begin:min(begin + limit, end)].tolist(), int(extent >= LONG_MATCH)
+        return repeat_continuation(history[begin:end], limit), int(extent >= LONG_MATCH)
 
     def watch(self, draft: list[int], kind: Optional[int] = None) -> None:
         """Compare ``draft`` with the tokens picked next (unless one is being compared);

@@ -14,7 +14,10 @@ if we said yes, with the node computed. :class:`ActivationCollector` is such a f
   routed to (``src[2]``), the token's row is added to that expert's sums and counted for
   that expert.
 
-Rows are added one after another in float32, in llama.cpp's order. The layout of
+Rows are added one after another in float32, in llama.cpp's order. On request it also
+keeps a sample of the input rows themselves (every ``sample_every``-th row of a dense
+weight's inputs, at most ``sample_rows``): a size fit computes each matrix product from
+them as llama.cpp's CPU kernels do, the inputs rounded to 8 bits included. The layout of
 ``struct ggml_tensor`` is taken from ``ggml.h``; it is checked against the library's own
 ``ggml_tensor_overhead()`` before use.
 """
@@ -119,19 +122,28 @@ class ActivationCollector:
     Attributes:
         sums: Weight name → float32 ``(n_mat, n_per_row)`` sums of squared activations.
         counts: Weight name → int64 counts (one for a dense weight, one per expert).
+        samples: Weight name → float32 ``(rows, n_per_row)`` input rows kept (dense weights
+            only; empty unless ``sample_rows`` was given).
         callback: The ctypes function to put in ``llama_context_params.cb_eval``.
         error: An exception raised inside the callback (raised again by :meth:`check`).
     """
 
-    def __init__(self, include_output: bool = False) -> None:
+    def __init__(self, include_output: bool = False, sample_rows: int = 0, sample_every: int = 1) -> None:
         #: Also the output head's inputs (``output.weight``, or ``token_embd.weight`` when
         #: tied), as ``llama-imatrix --process-output`` does: a size fit weighs its error too.
         self.include_output = include_output
         self.ggml = _Ggml()
         self.sums: dict[str, np.ndarray] = {}
         self.counts: dict[str, np.ndarray] = {}
+        self.sample_rows, self.sample_every = sample_rows, max(1, sample_every)
+        self._sampled: dict[str, list[np.ndarray]] = {}
+        self._seen: dict[str, int] = {}
         self.error: Optional[BaseException] = None
         self.callback = EVAL_CALLBACK(self._on_eval)
+
+    @property
+    def samples(self) -> dict[str, np.ndarray]:
+        return {name: np.concatenate(parts)[:self.sample_rows] for name, parts in self._sampled.items() if parts}
 
     def check(self) -> None:
         """Raise what went wrong inside the callback, if anything."""
@@ -194,8 +206,20 @@ class ActivationCollector:
             for i2 in range(ne[2]):
                 mat = (i3 % src0.ne[3]) * src0.ne[2] + (i2 % src0.ne[2])
                 _add_rows(sums[mat], x[i3, i2])
+                if n_mat == 1 and self.sample_rows:
+                    self._sample(name, x[i3, i2])
         self._finite(name, sums)
         counts[0] += (ne[1] * ne[2] * ne[3]) // n_mat
+
+    def _sample(self, name: str, rows: np.ndarray) -> None:
+        """Keep every ``sample_every``-th row counted over the whole pass, up to ``sample_rows``."""
+        seen = self._seen.get(name, 0)
+        self._seen[name] = seen + rows.shape[0]
+        kept = self._sampled.setdefault(name, [])
+        if self.sample_rows <= sum(len(k) for k in kept):
+            return
+        first = (-seen) % self.sample_every
+        kept.append(np.array(rows[first::self.sample_every], dtype=np.float32))
 
     def _collect_experts(self, t: GgmlTensor) -> None:
         src0 = GgmlTensor.from_address(t.src[0])

@@ -222,9 +222,12 @@ def generate_imatrix(model: Path, text: EvalText, output: Path, options: Measure
 
 def measure_activations(model: Path, text: EvalText, options: MeasureOptions = MeasureOptions(),
                         report: Optional[ProgressCallback] = None,
-                        cancel: Optional[CancelToken] = None) -> "ImportanceMatrix":
+                        cancel: Optional[CancelToken] = None, sample_rows: int = 0) -> "ImportanceMatrix":
     """The mean squared input of every weight matrix's columns over ``text`` (the output
     head's included), held in memory: what a size fit weighs each tensor's error with.
+
+    With ``sample_rows``, also up to that many of each dense weight's input rows, spread
+    over the text (``ImportanceMatrix.samples``): the fit computes the products from them.
 
     Raises:
         Cancelled: the job was cancelled.
@@ -234,6 +237,10 @@ def measure_activations(model: Path, text: EvalText, options: MeasureOptions = M
 
     _check_model(Path(model))
     request = {**_text_request(model, text, options, "imatrix"), "include_output": True}
+    if sample_rows:
+        # odd, so that the rows kept do not fall on the same positions of every chunk
+        every = max(1, (options.chunks or 16) * options.n_ctx // sample_rows) | 1
+        request.update(sample_rows=sample_rows, sample_every=every)
     result = run_worker(request, report, cancel, "Activations")
     if cancel is not None:
         cancel.raise_if_cancelled()
@@ -242,7 +249,8 @@ def measure_activations(model: Path, text: EvalText, options: MeasureOptions = M
         counts = np.maximum(result["counts"][name], 1).astype(np.float32)
         per_matrix = counts if counts.size == sums.shape[0] else np.full(sums.shape[0], counts[0])
         entries[name] = (sums / per_matrix[:, None]).reshape(-1).astype(np.float32)
-    return ImportanceMatrix(Path(model), entries, [text.name], int(result["n_chunk"]))
+    return ImportanceMatrix(Path(model), entries, [text.name], int(result["n_chunk"]),
+                            samples=dict(result.get("samples", {})))
 
 
 def measure_base(source: Path, text: EvalText, options: MeasureOptions = MeasureOptions(),

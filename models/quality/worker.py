@@ -183,7 +183,8 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
     if mode == "imatrix":
         from models.quality.collect import ActivationCollector
 
-        collector = ActivationCollector(bool(request.get("include_output")))
+        collector = ActivationCollector(bool(request.get("include_output")), int(request.get("sample_rows", 0)),
+                                        int(request.get("sample_every", 1)))
     ctx = _context(llama, model, plan, request, log_capture,
                    collector.callback if collector else None)
     abort_hook = install_abort_hook(ctx, cancel_shared)
@@ -255,6 +256,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
                     "nll": np.concatenate(nll_parts)}
     if mode == "imatrix":
         result["sums"], result["counts"] = collector.sums, collector.counts
+        result["samples"] = collector.samples
     elif mode == "base":
         result["rows"] = BaseRows.concatenate(base_parts)
         result["tokens"] = np.asarray(tokens[:plan.n_chunk * plan.n_ctx], dtype=np.int32)

@@ -17,7 +17,13 @@ For a model (an F16 GGUF), with and without an importance matrix:
    KLD change (the goal: at least 10 % lower).
 
     python tests/benchmarks/bench_fit_size.py [--model F16.gguf] [--llama-tools DIR] \\
-        [--chunks 10] [--sizes Q3_K_M,Q4_K_M,Q5_K_M] [--modes none,imatrix] [--work DIR]
+        [--chunks 10] [--sizes Q3_K_M,Q4_K_M,Q5_K_M] [--modes none,imatrix] [--work DIR] \\
+        [--stage stock|fit|all]
+
+With ``--work``, what a run measured is kept there and reused by the next run with the same
+folder (the stock files, their times and figures in ``MODE/stock.json``, the activations in
+``activations.pkl``): a long comparison can be run in pieces (``--stage stock`` per mode,
+then ``--stage fit``), and a piece that was stopped goes on where it stopped.
 
 Without --model, SmolLM2-135M-Instruct (the test model, shipped as Q4_1) is widened to F16.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -105,6 +112,37 @@ def quality(tools, model: Path, common: list[str], base: Path) -> dict:
             "ppl": number(r"Mean PPL\(Q\)\s*:\s*([\d.]+)", out)}
 
 
+def cached_activations(work: Path, measure, chunks: int):
+    """The fit's activations on the calibration text, measured once per work folder."""
+    path = work / "activations.pkl"
+    if path.exists():
+        activations, seconds, load = pickle.loads(path.read_bytes())
+        print(f"activations from {path} (measured in {seconds:.1f} s, load {load:.1f})", flush=True)
+        return activations
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    activations = measure()
+    seconds = time.perf_counter() - start
+    path.write_bytes(pickle.dumps((activations, seconds, load)))
+    print(f"activations on the calibration text ({chunks} chunks of 512), once for every fit: "
+          f"{seconds:.1f} s, load {load:.1f}", flush=True)
+    return activations
+
+
+def cached_gains(path: Path, measure) -> dict:
+    """Each class's KLD per unit of error (``quantize.fit_gains``), measured once per mode."""
+    if path.exists():
+        cached = json.loads(path.read_text())
+    else:
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        cached = {"gains": measure(), "seconds": time.perf_counter() - start, "load": load}
+        path.write_text(json.dumps(cached, indent=1))
+    print(f"class gains (once for every fit of this mode): {cached['seconds']:.1f} s, load {cached['load']:.1f}: "
+          + ", ".join(f"{k} {v:.3g}" for k, v in sorted(cached["gains"].items(), key=lambda kv: -kv[1])), flush=True)
+    return cached["gains"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_argument(parser)
@@ -119,26 +157,32 @@ def main() -> int:
                         help="chunks of 512 tokens of the calibration text for the activations and the importance "
                              "matrix (default: the fit's own, quantize.fit_job.ACTIVATION_CHUNKS)")
     parser.add_argument("--work", type=Path, help="folder for the files (default: a temporary one)")
+    parser.add_argument("--stage", choices=("stock", "fit", "all"), default="all",
+                        help="stock: only write and measure the stock types; fit: only the fits (stock from before)")
     args = parser.parse_args()
 
     tools = require_tools(args.llama_tools, build=False, needed=("llama-perplexity",))
     from app.core.quantize_queue import offered_types
     from models.quality.runner import MeasureOptions, generate_imatrix, measure_activations
     from models.quality.text import builtin_text
-    from quantize.fit import FitTarget
-    from quantize.fit_job import ACTIVATION_CHUNKS, fit_model
+    from quantize.fit import FitTarget, fit_problem
+    from quantize.fit_gains import measure_gains
+    from quantize.imatrix import load_imatrix
+    from quantize.job import open_source as source_of
+    from quantize.fit_job import ACTIVATION_CHUNKS, ACTIVATION_SAMPLE_ROWS, fit_model
     from quantize.ftypes import FILE_TYPES
     from quantize.job import QuantizeOptions, QuantizeTarget, quantize_model
 
     work, common, base = heldout_setup(tools, args, "fit-size-")
     size_names = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    rows = []
-    start = time.perf_counter()
+    results = work / "results.json"
+    rows = json.loads(results.read_text()) if results.exists() else []  # earlier pieces' rows, replaced when rerun
     calibration = args.calibration_chunks or ACTIVATION_CHUNKS
-    activations = measure_activations(args.model, builtin_text(), MeasureOptions(chunks=calibration,
-                                                                                 flash_attn="off"))
-    print(f"activations on the calibration text ({calibration} chunks of 512), once for every fit: "
-          f"{time.perf_counter() - start:.1f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+    activations = None
+    if args.stage != "stock":
+        activations = cached_activations(work, lambda: measure_activations(
+            args.model, builtin_text(), MeasureOptions(chunks=calibration, flash_attn="off"),
+            sample_rows=ACTIVATION_SAMPLE_ROWS), calibration)
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
         imatrix = None
         if mode == "imatrix":
@@ -151,26 +195,39 @@ def main() -> int:
         names = [n for n in offered_types() if FILE_TYPES[n].is_quantized and n not in ("TQ1_0", "TQ2_0", "MXFP4_MOE")
                  and (imatrix is not None or not FILE_TYPES[n].needs_imatrix)]
         options = QuantizeOptions(imatrix=imatrix, threads=args.threads)
-        load = os.getloadavg()[0]
-        start = time.perf_counter()
-        quantize_model(args.model, [QuantizeTarget(FILE_TYPES[n], folder / f"{n}.gguf") for n in names], options)
-        stock_time = time.perf_counter() - start
-        stock = {n: (folder / f"{n}.gguf").stat().st_size for n in names}
+        cache_file = folder / "stock.json"
+        cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+        if cache.get("types") != names or not all((folder / f"{n}.gguf").exists() for n in names):
+            load = os.getloadavg()[0]
+            start = time.perf_counter()
+            quantize_model(args.model, [QuantizeTarget(FILE_TYPES[n], folder / f"{n}.gguf") for n in names], options)
+            cache = {"types": names, "seconds": time.perf_counter() - start, "load": load,
+                     "sizes": {n: (folder / f"{n}.gguf").stat().st_size for n in names}, "measured": {}}
+            cache_file.write_text(json.dumps(cache, indent=1))
+        stock, stock_time = cache["sizes"], cache["seconds"]
         print(f"[{mode}] {len(names)} stock types in one pass: {stock_time:.1f} s "
-              f"({stock_time / len(names):.1f} s a type), load {load:.1f}", flush=True)
+              f"({stock_time / len(names):.1f} s a type), load {cache['load']:.1f}", flush=True)
         limit = max(stock[s] for s in size_names)
         floor = args.window * min(stock[s] for s in size_names)
-        measured = {}
+        measured = cache["measured"]
         for n in sorted(names, key=stock.get):
             if floor <= stock[n] <= limit:
-                measured[n] = quality(tools, folder / f"{n}.gguf", common, base)
+                if n not in measured:
+                    measured[n] = quality(tools, folder / f"{n}.gguf", common, base)
+                    cache_file.write_text(json.dumps(cache, indent=1))  # kept if the run is stopped
                 print(f"[{mode}] {n:<8} {stock[n]:>11,} B  KLD {measured[n]['kld']:.5f}  same top "
                       f"{measured[n]['same_top']:.2f} %  PPL {measured[n]['ppl']:.3f}", flush=True)
+        if args.stage == "stock":
+            continue
+        gains = cached_gains(folder / "gains.json", lambda: measure_gains(
+            args.model, fit_problem(source_of(args.model), options.plan_options(load_imatrix(imatrix) if imatrix else None)),
+            options, activations))
         for s in size_names:
             out = folder / f"fit-{s}.gguf"
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            fit_model(args.model, out, FitTarget(file_size=stock[s]), options=options, activations=activations)
+            fit_model(args.model, out, FitTarget(file_size=stock[s]), options=options, activations=activations,
+                      gains=gains)
             fit_time = time.perf_counter() - start
             q = quality(tools, out, common, base)
             candidates = {n: m for n, m in measured.items() if stock[n] <= stock[s]}
@@ -181,13 +238,12 @@ def main() -> int:
                    "best_stock_same_top": candidates[best]["same_top"], "best_stock_ppl": candidates[best]["ppl"],
                    "kld_change": change, "fit_seconds": fit_time, "stock_seconds_per_type": stock_time / len(names),
                    "load": load}
-            rows.append(row)
-            (work / "results.json").write_text(json.dumps(rows, indent=1))  # kept if the run is stopped
+            rows = [r for r in rows if (r["mode"], r["size_of"]) != (mode, s)] + [row]
+            results.write_text(json.dumps(rows, indent=1))  # kept if the run is stopped
             print(f"[{mode}] fit to {s} ({stock[s]:,} B): {row['fit_size']:,} B  KLD {q['kld']:.5f}  same top "
                   f"{q['same_top']:.2f} %  PPL {q['ppl']:.3f} | best stock ≤ size: {best} KLD "
                   f"{candidates[best]['kld']:.5f} -> {100 * change:+.1f} % | fit {fit_time:.0f} s, load {load:.1f}",
                   flush=True)
-    (work / "results.json").write_text(json.dumps(rows, indent=1))
     print("\n| imatrix | size of | fitted file | KLD | same top | PPL | best stock ≤ size | its KLD | same top | PPL "
           "| KLD change | fit time | stock time/type | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -48,30 +48,41 @@ def smollm2_engine(smollm2_gguf):
 
 
 def _brute_force_draft(history: list[int], max_ngram: int, max_tokens: int,
-                       min_ngram: int = 1) -> list[int]:
+                       min_ngram: int = 1, longest: int = 0) -> list[int]:
+    """The longest tail that occurs earlier; of its places, the one matching furthest back
+    (up to ``longest``), the latest on a tie; the tokens after it."""
     for size in range(min(max_ngram, len(history) - 1), min_ngram - 1, -1):
         tail = history[-size:]
+        best, best_extent = -1, 0
         for start in range(len(history) - size - 1, -1, -1):
             if history[start: start + size] == tail:
-                return history[start + size: start + size + max_tokens]
+                extent = size
+                while (extent < longest and start + size - 1 - extent >= 0
+                       and history[start + size - 1 - extent] == history[-1 - extent]):
+                    extent += 1
+                if extent > best_extent:
+                    best, best_extent = start, extent
+        if best >= 0:
+            return history[best + size: best + size + max_tokens]
     return []
 
 
 def test_lookup_matches_a_brute_force_search():
     from models.engine.prompt_lookup import find_match
 
-    def find_draft(history, ngram, limit, least=1):
-        begin, _ = find_match(history, ngram, least)
+    def find_draft(history, ngram, limit, least=1, longest=0):
+        begin, _ = find_match(history, ngram, least, longest)
         return history[begin:begin + limit].tolist() if begin >= 0 and limit > 0 else []
 
     rng = np.random.default_rng(7)
-    for _ in range(200):
-        history = rng.integers(0, 6, size=int(rng.integers(1, 40))).tolist()
+    for _ in range(400):
+        history = rng.integers(0, int(rng.integers(2, 7)), size=int(rng.integers(1, 60))).tolist()
         ngram, limit = int(rng.integers(1, 5)), int(rng.integers(0, 9))
-        expected = _brute_force_draft(history, ngram, limit) if limit else []
-        assert find_draft(np.array(history, dtype=np.intc), ngram, limit) == expected, history
-        expected = _brute_force_draft(history, ngram, limit, 2) if limit else []
-        assert find_draft(np.array(history, dtype=np.intc), ngram, limit, 2) == expected, history
+        array = np.array(history, dtype=np.intc)
+        for least, longest in ((1, 0), (2, 0), (1, 12), (2, 40)):
+            expected = _brute_force_draft(history, ngram, limit, least, longest) if limit else []
+            assert find_draft(array, ngram, limit, least, longest) == expected, (history, least,
+                                                                                   longest)
 
 
 def test_micro_batches_are_predicted_as_llama_cpp_splits_them():
@@ -128,6 +139,28 @@ def test_step_cost_is_fitted_from_step_times(monkeypatch):
         alone.add([5], 0.034)
     assert alone.extra == pytest.approx(0.6, rel=0.01)
     assert alone.units([5]) == pytest.approx(3.4, rel=0.01)
+
+
+def test_a_size_measured_is_priced_by_its_own_time(monkeypatch):
+    """Matrix kernels cost no line at small sizes (F32 SmolLM2 at one thread: 2 tokens 1.49
+    one-token steps, 65 tokens 17): a reply drafting 64 at a time must not price a 2-token
+    draft by the line through its 65-token steps."""
+    from models.engine.speculation import COST_ENV, StepCost
+
+    monkeypatch.delenv(COST_ENV)
+    cost = StepCost()
+    curve = {1: 1.0, 3: 1.3, 5: 2.6, 65: 17.0}
+    for _ in range(30):
+        for size in (1, 65, 65, 65, 65, 3, 5):
+            cost.add([size], 0.040 * curve[size])
+    line = cost.fixed + cost.per_token * 3
+    assert line > 1.6  # the line, fitted mostly through 65-token steps, is dear at 3
+    assert cost.units([3]) == pytest.approx(1.3, rel=0.05)
+    assert cost.units([65]) == pytest.approx(17.0, rel=0.05)
+    assert cost.units([4]) == pytest.approx(cost.fixed + cost.per_token * 4)  # not seen: the line
+    for _ in range(400):  # nothing drafted for long: the sizes' own times fade into the line
+        cost.add([1], 0.040)
+    assert abs(cost.units([3]) - (cost.fixed + cost.per_token * 3)) < 0.1
 
 
 def test_draft_length_pays_for_itself():
@@ -198,6 +231,10 @@ def test_long_matches_are_trusted_apart_from_short_ones():
     assert find_match(history, 8, 4) == (LONG_MATCH, 8)  # not followed back: the tail's
     assert find_match(history[-30:], 8, 4, 64)[1] < LONG_MATCH
     assert find_match(np.array([1, 2, 3, 4], dtype=np.intc), 8, 2) == (-1, 0)
+    # The same 8 tokens recur later after other text: the place matching further back
+    # (the passage being copied) still wins over the more recent one.
+    recurring = passage + [7] + passage[20:30] + [8] + passage[:LONG_MATCH]
+    assert find_match(np.array(recurring, dtype=np.intc), 8, 4, 64) == (LONG_MATCH, LONG_MATCH)
 
     cost = StepCost()
     cost.extra = 0.6  # a CPU where a draft pays only when nearly all of it is kept
@@ -214,6 +251,20 @@ def test_long_matches_are_trusted_apart_from_short_ones():
     assert drafter.acceptance == drafter.rate(1)
     short = passage + [7] + [55, 56, 57, 58] + passage[20:25]  # a 5-token match only
     assert drafter.propose(short, [], room=50) == []  # watched, not offered
+
+
+def test_a_reply_going_round_a_loop_drafts_past_its_own_end():
+    from models.engine.speculation import LookupDrafter, StepCost, repeat_continuation
+
+    assert repeat_continuation(np.array([5, 6, 7]), 8) == [5, 6, 7, 5, 6, 7, 5, 6]
+    assert repeat_continuation(np.array([5, 6, 7, 8]), 2) == [5, 6]
+    assert repeat_continuation(np.array([], dtype=np.intc), 4) == []
+    cost = StepCost()
+    cost.extra = 0.05
+    drafter = LookupDrafter(max_length=20, max_ngram=8, capacity=200, cost=cost)
+    cycle = [11, 12, 13, 14, 15, 16]
+    loop = [1, 2] + cycle * 7  # six tokens again and again: the match is six back
+    assert drafter.propose(loop, [], room=50) == (cycle * 4)[:20]
 
 
 def test_greedy_reply_is_unchanged_and_drafts_are_accepted(smollm2_engine):
