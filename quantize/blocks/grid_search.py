@@ -198,14 +198,23 @@ def best_neighbour(neighbours, start, points, xt, wt, g, at, scale, levels, widt
         best_d2 = pick(better, d2, best_d2)
         best = pick(better, index, best)
     for i in range(width):
-        levels[at + i, g] = (points[best, i] - 1) // 2
+        levels[at + i, g] = (np.int32(points[best, i]) - 1) >> 1
 
 
 @helper
-def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, kmap, neighbours, levels):
+def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, kmap, neighbours, levels,
+           chosen, grid_index, certified, trial_inv, q_top, codes, pair_a, pair_b, wf, xf):
     """After the trials, lane ``g``: the points ``refit`` names re-fitted to ``scale``, and
     the scale to them (when some point was off the grid, or always for ``REFIT_ALL``);
-    returns the scale."""
+    returns the scale.
+
+    ``levels`` hold trial ``chosen``'s levels (-1: no trial was chosen). A point that
+    rounds at ``scale`` to the lattice point it had in that trial, whose neighbour there was
+    certified over a range of trial scales (``1/trial_inv``) that holds ``scale`` (``certified``, see
+    :func:`_filtered_neighbours`), keeps that neighbour: it is the one C's search finds at
+    any scale of the range. Other off-grid points of an 8-wide grid are searched as in
+    :func:`_filtered_neighbours`, at the one scale, and scored as C scores them only where
+    the bound leaves the winner in doubt."""
     n = xt.shape[0]
     n_points = n // width
     off_grid = 0
@@ -223,10 +232,25 @@ def _refit(xt, wt, waux, g, width, bits, kmax, scale, on_grid, refit, points, km
                 u |= max(0, min(kmax - 1, l)) << (bits * i)
             index = kmap[u]
             if index < 0:
+                if chosen >= 0 and grid_index[chosen, k, g] == index and certified[chosen, k, g, 0] >= 0:
+                    s = np.float64(scale)
+                    if (np.float64(_ONE / trial_inv[certified[chosen, k, g, 1], g]) <= s
+                            <= np.float64(_ONE / trial_inv[certified[chosen, k, g, 0], g])):
+                        continue
+                if width == 8:
+                    s = np.float64(scale)
+                    sum_w, sum_wx, sum_wx2, sum_x = _point_sums(xt, waux, width * k, g, width, wf, xf)
+                    _pair_tables(wf, xf, (np.int32(q_top) + 1) // 2, pair_a, pair_b)
+                    best, second, nearest = _scan_once(neighbours, -index - 1, codes, pair_a, pair_b, s)
+                    total, bound = _rounding_bound(s, q_top, width, sum_w, sum_wx, sum_wx2, sum_x)
+                    if total < _SAFE_TOTAL and s * (second - best) > 2.0 * bound:
+                        for i in range(width):
+                            levels[width * k + i, g] = (np.int32(points[nearest, i]) - 1) >> 1
+                        continue
                 best_neighbour(neighbours, -index - 1, points, xt, waux, g, width * k, scale, levels, width)
             else:
                 for i in range(width):
-                    levels[width * k + i, g] = (points[index, i] - 1) // 2
+                    levels[width * k + i, g] = (np.int32(points[index, i]) - 1) >> 1
         sumqx = _ZERO
         sumq2 = _ZERO
         for i in range(n):
@@ -250,11 +274,105 @@ _SAFE_TOTAL = 1e37
 
 
 @inline
-def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross, s_a, s_b):
+def _pair_codes(points, n_levels, codes):
+    """For an 8-wide grid: each grid point's four coordinate pairs (0-1, 2-3, 4-5, 6-7) as
+    indices into the pair tables (:func:`_pair_tables`), a byte each."""
+    square = n_levels * n_levels
+    for j in range(points.shape[0]):
+        c = 0
+        for p in range(4):
+            low = (np.int32(points[j, 2 * p]) - 1) >> 1
+            high = (np.int32(points[j, 2 * p + 1]) - 1) >> 1
+            c |= (p * square + low + n_levels * high) << (8 * p)
+        codes[j] = c
+
+
+@inline
+def _pair_tables(wf, xf, n_levels, pair_a, pair_b):
+    """A point position's ``w*q²`` and ``w*x*q`` summed over each pair of coordinates, for
+    every two levels of the pair (float64; each term is exact), so that a grid point's
+    ``A_q`` and ``B_q`` are four table entries added."""
+    square = n_levels * n_levels
+    for p in range(4):
+        for low in range(n_levels):
+            q = np.float64(2 * low + 1)
+            wq = wf[2 * p] * q
+            for high in range(n_levels):
+                r = np.float64(2 * high + 1)
+                wr = wf[2 * p + 1] * r
+                entry = p * square + low + n_levels * high
+                pair_a[entry] = wq * q + wr * r
+                pair_b[entry] = wq * xf[2 * p] + wr * xf[2 * p + 1]
+
+
+@inline
+def _point_sums(xt, waux, at, g, width, wf, xf):
+    """Lane ``g``'s point at ``at``: its weights and values as float64 into ``wf``, ``xf``,
+    and the sums the rounding bound needs: ``sum w``, ``sum w|x|``, ``sum w*x²``, ``sum |x|``."""
+    sum_w = 0.0
+    sum_wx = 0.0
+    sum_wx2 = 0.0
+    sum_x = 0.0
+    for i in range(width):
+        w = np.float64(waux[at + i, g])
+        v = np.float64(xt[at + i, g])
+        wf[i] = w
+        xf[i] = v
+        sum_w += w
+        sum_wx += w * abs(v)
+        sum_wx2 += (w * v) * v
+        sum_x += abs(v)
+    return sum_w, sum_wx, sum_wx2, sum_x
+
+
+@inline
+def _rounding_bound(s, q_top, width, sum_w, sum_wx, sum_wx2, sum_x):
+    """At scale ``s``: ``sum w*(s*q_max + |x|)²`` (past :data:`_SAFE_TOTAL` C's sums might
+    overflow) and the bound on how far any of C's float32 distances is from its exact value
+    (see :func:`_filtered_neighbours`)."""
+    top = s * q_top
+    total = (top * top) * sum_w + 2.0 * top * sum_wx + sum_wx2  # sum w*(s*q_max + |x|)²
+    bound = ((width + _ROUNDING_TERMS) * 2.0 ** -24 * total
+             + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width))
+    return total, bound
+
+
+@inline
+def _pair_sums(codes, candidate, pair_a, pair_b):
+    """Grid point ``candidate``'s ``A_q`` and ``2B_q`` from the pair tables."""
+    c = codes[candidate]
+    i0 = c & 0xFF
+    i1 = (c >> 8) & 0xFF
+    i2 = (c >> 16) & 0xFF
+    i3 = (c >> 24) & 0xFF
+    return ((pair_a[i0] + pair_a[i1]) + (pair_a[i2] + pair_a[i3]),
+            2.0 * ((pair_b[i0] + pair_b[i1]) + (pair_b[i2] + pair_b[i3])))
+
+
+@inline
+def _scan_once(neighbours, start, codes, pair_a, pair_b, s):
+    """:func:`_scan_list` at one scale, for an 8-wide grid, nothing kept: the least score,
+    the second least and the grid point of the least."""
+    best = np.inf
+    second = np.inf
+    chosen = np.int32(neighbours[start + 1])
+    for j in range(1, np.int32(neighbours[start]) + 1):
+        candidate = np.int32(neighbours[start + j])
+        a, b = _pair_sums(codes, candidate, pair_a, pair_b)
+        score = s * a - b
+        chosen = pick(score < best, candidate, chosen)
+        second = min(second, max(score, best))
+        best = min(best, score)
+    return best, second, chosen
+
+
+@inline
+def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross, s_a, s_b, codes, pair_a, pair_b):
     """One pass over a neighbour list scoring each listed grid point ``q`` at two scales
     (``s*A_q - 2B_q``, float64; ``A_q``, ``2B_q`` computed on first sight for this point
-    position, marked by ``tag`` in ``stamp``): per scale the least score, the second least
-    and the grid point of the least (the first of equals)."""
+    position, marked by ``tag`` in ``stamp``, from the pair tables for an 8-wide grid):
+    per scale the least score, the second least and the grid point of the least (the
+    first of equals)."""
     best_a = np.inf
     second_a = np.inf
     best_b = np.inf
@@ -266,12 +384,16 @@ def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross
         if stamp[candidate] != tag:
             a = 0.0
             b = 0.0
-            for i in range(width):
-                wq = wf[i] * np.float64(points[candidate, i])
-                a += wq * np.float64(points[candidate, i])
-                b += wq * xf[i]
+            if width == 8:
+                a, b = _pair_sums(codes, candidate, pair_a, pair_b)
+            else:
+                for i in range(width):
+                    wq = wf[i] * np.float64(points[candidate, i])
+                    a += wq * np.float64(points[candidate, i])
+                    b += wq * xf[i]
+                b *= 2.0
             area[candidate] = a
-            cross[candidate] = 2.0 * b
+            cross[candidate] = b
             stamp[candidate] = tag
         score_a = s_a * area[candidate] - cross[candidate]
         score_b = s_b * area[candidate] - cross[candidate]
@@ -288,11 +410,12 @@ def _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross
 def _put_point(trials, t, at, g, points, index, width):
     """Grid point ``index``'s levels as trial ``t``'s point at ``at`` of lane ``g``."""
     for i in range(width):
-        trials[t, at + i, g] = (points[index, i] - 1) // 2
+        trials[t, at + i, g] = (np.int32(points[index, i]) - 1) >> 1
 
 
 @helper
-def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points):
+def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points, certified,
+                         q_top, codes, pair_a, pair_b, wf, xf):
     """The off-grid points of every trial of every active lane, each moved to its best
     listed neighbour, as ``best_neighbour`` would choose it, mostly without scoring the
     neighbours as C does.
@@ -301,7 +424,9 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
     point ``q`` is ``sum w*(s*q - x)² = s(s*A_q - 2B_q) + C`` with ``A_q = sum w*q²``,
     ``B_q = sum w*x*q``: ``A`` and ``B`` do not depend on the scale, so they are computed
     once per point position and grid point (float64, exact to ~2**-50) and reused by every
-    trial scale, whose candidates then cost one multiply-add each. C rounds each of its
+    trial scale, whose candidates then cost one multiply-add each (for the 8-wide grids
+    ``A`` and ``B`` are four entries of tables of each coordinate pair's sums,
+    :func:`_pair_tables`). C rounds each of its
     float32 distances by at most ``E(s) = (width + 8) * 2**-24 * sum w*(s*q_max + |x|)²``
     (plus a tiny underflow term); when the best candidate's exact distance is more than
     ``2E`` below every other's, C's float32 comparison picks the same one. Otherwise (ties,
@@ -316,7 +441,9 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
 
     ``trials[t]`` holds trial ``t``'s levels (``(n, lanes)``, rewritten where a point was
     off the grid), ``inv[t, g]`` its inverse scale, ``grid_index[t, k, g]`` what the map
-    says of its point ``k``.
+    says of its point ``k``. ``certified[t, k, g]`` gets, for an off-grid point, the first
+    and last trial of the range of scales over which its neighbour was shown best by the
+    margin (a settled run, or the trial alone), or -1 where C's scoring decided.
     """
     n_trials, n_points = grid_index.shape[:2]
     lanes = active.shape[0]
@@ -324,17 +451,11 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
     area = np.empty(n_grid, np.float64)  # A_q
     cross = np.empty(n_grid, np.float64)  # 2B_q
     stamp = np.zeros(n_grid, np.int32)  # which (lane, point) area and cross were computed for
-    wf = np.empty(width, np.float64)
-    xf = np.empty(width, np.float64)
     run_best = np.empty(n_trials, np.float64)
     run_second = np.empty(n_trials, np.float64)
     run_chosen = np.empty(n_trials, np.int32)
     pending = np.empty(2 * n_trials + 2, np.int64)  # (first, last) trial ranges still to settle
-    q_top = 0.0
-    for j in range(n_grid):
-        for i in range(width):
-            q_top = max(q_top, np.float64(points[j, i]))
-    relative = (width + _ROUNDING_TERMS) * 2.0 ** -24
+    n_levels = (np.int32(q_top) + 1) // 2
     tag = 0
     for k in range(n_points):
         at = width * k
@@ -342,19 +463,9 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
             if not active[g]:
                 continue
             tag += 1
-            sum_w = 0.0
-            sum_wx = 0.0
-            sum_wx2 = 0.0
-            sum_x = 0.0
-            for i in range(width):
-                w = np.float64(waux[at + i, g])
-                v = np.float64(xt[at + i, g])
-                wf[i] = w
-                xf[i] = v
-                sum_w += w
-                sum_wx += w * abs(v)
-                sum_wx2 += (w * v) * v
-                sum_x += abs(v)
+            sum_w, sum_wx, sum_wx2, sum_x = _point_sums(xt, waux, at, g, width, wf, xf)
+            if width == 8:
+                _pair_tables(wf, xf, n_levels, pair_a, pair_b)
             t = 0
             while t < n_trials:
                 index = grid_index[t, k, g]
@@ -370,7 +481,7 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
                 s_lo = np.float64(_ONE / inv[end - 1, g])
                 (run_best[t], run_second[t], run_chosen[t], run_best[end - 1], run_second[end - 1],
                  run_chosen[end - 1]) = _scan_list(neighbours, start, points, wf, xf, width, tag, stamp, area, cross,
-                                                   s_hi, s_lo)
+                                                   s_hi, s_lo, codes, pair_a, pair_b)
                 pending[0] = t
                 pending[1] = end - 1
                 depth = 1
@@ -380,32 +491,34 @@ def _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neigh
                     last = pending[2 * depth + 1]
                     s_hi = np.float64(_ONE / inv[first, g])
                     s_lo = np.float64(_ONE / inv[last, g])
-                    top = s_hi * q_top
-                    total = (top * top) * sum_w + 2.0 * top * sum_wx + sum_wx2  # sum w*(s*q_max + |x|)²
-                    bound = relative * total + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width)
+                    total, bound = _rounding_bound(s_hi, q_top, width, sum_w, sum_wx, sum_wx2, sum_x)
                     margin = 2.0 * bound / s_lo
                     if (total < _SAFE_TOTAL and run_chosen[first] == run_chosen[last]
                             and run_second[first] - run_best[first] > margin
                             and run_second[last] - run_best[last] > margin):
                         for r in range(first, last + 1):
                             _put_point(trials, r, at, g, points, run_chosen[first], width)
+                            certified[r, k, g, 0] = first
+                            certified[r, k, g, 1] = last
                     elif last - first <= 1:
                         for r in (first, last):
                             scale = _ONE / inv[r, g]
                             s = np.float64(scale)
-                            top = s * q_top
-                            total = (top * top) * sum_w + 2.0 * top * sum_wx + sum_wx2
-                            bound = relative * total + _UNDERFLOW * (top * sum_w + sum_wx + width * top + sum_x + width)
+                            total, bound = _rounding_bound(s, q_top, width, sum_w, sum_wx, sum_wx2, sum_x)
                             if total < _SAFE_TOTAL and s * (run_second[r] - run_best[r]) > 2.0 * bound:
                                 _put_point(trials, r, at, g, points, run_chosen[r], width)
+                                certified[r, k, g, 0] = r
+                                certified[r, k, g, 1] = r
                             else:
                                 best_neighbour(neighbours, start, points, xt, waux, g, at, scale, trials[r], width)
+                                certified[r, k, g, 0] = -1
                     else:
                         middle = (first + last) // 2  # score middle and middle + 1, then each half
                         (run_best[middle], run_second[middle], run_chosen[middle], run_best[middle + 1],
                          run_second[middle + 1], run_chosen[middle + 1]) = _scan_list(
                             neighbours, start, points, wf, xf, width, tag, stamp, area, cross,
-                            np.float64(_ONE / inv[middle, g]), np.float64(_ONE / inv[middle + 1, g]))
+                            np.float64(_ONE / inv[middle, g]), np.float64(_ONE / inv[middle + 1, g]),
+                            codes, pair_a, pair_b)
                         pending[2 * depth] = first
                         pending[2 * depth + 1] = middle
                         pending[2 * depth + 2] = middle + 1
@@ -433,12 +546,27 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
     inv = np.empty((count, lanes), np.float32)
     on_grid = np.empty((n_points, lanes), np.bool_)
     on_trials = np.empty((count, n_points, lanes), np.bool_)
+    certified = np.empty((count, n_points, lanes, 2), np.int32)
+    chosen = np.empty(lanes, np.int32)
+    q_top = 0.0
+    for j in range(points.shape[0]):
+        for i in range(width):
+            q_top = max(q_top, np.float64(points[j, i]))
+    n_levels = (np.int32(q_top) + 1) // 2
+    codes = np.empty(points.shape[0], np.int32)
+    pair_a = np.empty(4 * n_levels * n_levels, np.float64)
+    pair_b = np.empty(4 * n_levels * n_levels, np.float64)
+    if width == 8:
+        _pair_codes(points, n_levels, codes)
+    wf = np.empty(width, np.float64)
+    xf = np.empty(width, np.float64)
     best = np.empty(lanes, np.float32)
     sumqx = np.empty(lanes, np.float32)
     sumq2 = np.empty(lanes, np.float32)
     better = np.empty(lanes, np.bool_)
     for g in range(lanes):
         best[g] = _ZERO
+        chosen[g] = -1
     for k in range(n_points):
         for g in range(lanes):
             on_grid[k, g] = refit == REFIT_OFF_GRID
@@ -460,7 +588,8 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
             for g in range(lanes):
                 grid_index[t, k, g] = kmap[u[g]]
                 on_trials[t, k, g] = grid_index[t, k, g] >= 0
-    _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points)
+    _filtered_neighbours(trials, inv, grid_index, xt, waux, active, width, neighbours, points, certified,
+                         q_top, codes, pair_a, pair_b, wf, xf)
     for t in range(count):
         for g in range(lanes):
             sumqx[g] = _ZERO
@@ -476,6 +605,7 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
             fitted = sumqx[g] / sumq2[g]
             scale[g] = pick(better[g], fitted, scale[g])
             best[g] = pick(better[g], fitted * sumqx[g], best[g])
+            chosen[g] = pick(better[g], np.int32(t), chosen[g])
         for i in range(n):
             for g in range(lanes):
                 levels[i, g] = pick(better[g], trials[t, i, g], levels[i, g])
@@ -485,7 +615,7 @@ def group_search_lanes(xt, wt, waux, active, width, bits, kmax, top, scale, step
     for g in range(lanes):
         if active[g]:
             scale[g] = _refit(xt, wt, waux, g, width, bits, kmax, scale[g], on_grid, refit, points, kmap, neighbours,
-                              levels)
+                              levels, chosen[g], grid_index, certified, inv, q_top, codes, pair_a, pair_b, wf, xf)
 
 
 @inline
