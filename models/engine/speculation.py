@@ -61,8 +61,9 @@ LONG_MATCH = 32
 # and elsewhere watches first; high for a long one (a passage being copied), whose drafts
 # were kept at 96-100 % — so a reply that copies drafts from its first long match on.
 FIRST_ACCEPTANCE = (0.5, 0.9)
-# How much of a reply's record of kept and cut drafts each later draft leaves.
-FORGET = 0.7
+# How much of a reply's record of kept and cut drafts each later drafted token leaves: the
+# record spans about the last 100 drafted tokens of a kind, however long the drafts were.
+FORGET = 0.99
 # The cost of one more token in a step before any step was measured.
 FIRST_EXTRA_COST = 0.1
 # Per step that cannot measure a draft token's cost (a one-token step, or steps of one size
@@ -417,8 +418,11 @@ class LookupDrafter:
 
     def _learn(self, kind: int, drafted: int, accepted: int) -> None:
         # The per-token rate p that best explains the recent drafts of a kind: tokens kept
-        # over tokens kept plus drafts cut short (a draft kept whole was cut nowhere), each
-        # draft's counts fading by FORGET per later draft of its kind. So a long draft kept
-        # whole counts as the many right guesses it was, where a short one says little.
-        self._kept[kind] = self._kept[kind] * FORGET + accepted
-        self._cuts[kind] = self._cuts[kind] * FORGET + (accepted < drafted)
+        # over tokens kept plus drafts cut short (a draft kept whole was cut nowhere), the
+        # counts fading by FORGET per token drafted since. So a long draft kept whole counts
+        # as the many right guesses it was, and a run of short drafts kept whole adds up to
+        # as much evidence as one long one (fading per draft, twenty 4-token drafts kept
+        # whole left p near 0.93: too little to try a long draft where tokens are dear).
+        fade = FORGET ** drafted
+        self._kept[kind] = self._kept[kind] * fade + accepted
+        self._cuts[kind] = self._cuts[kind] * fade + (accepted < drafted)
