@@ -5,7 +5,7 @@ Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (:mod:`.legacy`), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 (:mod:`.kquants`), IQ4_NL, IQ4_XS (:mod:`.iq4`), TQ1_0, TQ2_0 (:mod:`.ternary`), MXFP4
 (:mod:`.mxfp4`) and the grid i-quants IQ3_XXS, IQ3_S (:mod:`.iq3`), IQ2_XXS, IQ2_XS, IQ2_S
 (:mod:`.iq2`), IQ1_S, IQ1_M (:mod:`.iq1`), each with and without importance weights
-(imatrix; IQ2_XXS, IQ2_XS and IQ1_S only with), and Q8_0 straight from F16
+(imatrix; IQ2_XXS, IQ2_XS and IQ1_S only with), and Q8_0 and MXFP4 straight from F16
 (:func:`encode_f16_into`). Nothing is
 compiled on import: a kernel compiles on its type's first use (or loads from the disk
 cache, see :mod:`.jit`); :func:`compile_kernels` does it up front and says how long it took.
@@ -89,7 +89,7 @@ KERNELS = {
 #: type -> kernel that encodes F16 values straight from their bits, ``kernel(bits, out)`` with
 #: ``bits`` ``(blocks, block)`` uint16 and ``out`` ``(blocks, block_bytes)`` uint8: for a type
 #: that ignores an imatrix, the whole of an F16 model's tensor in one pass (no float32 copy).
-F16_KERNELS = {QT.Q8_0: legacy.q8_0_from_f16}
+F16_KERNELS = {QT.Q8_0: legacy.q8_0_from_f16, QT.MXFP4: mxfp4.mxfp4_from_f16}
 
 
 def encode_f16_into(qtype: QT, values: np.ndarray, out: np.ndarray) -> bool:

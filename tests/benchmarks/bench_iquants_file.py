@@ -2,11 +2,13 @@
 types against llama.cpp's ``llama-quantize`` tool built from the pinned source.
 
 Run: ``.venv/bin/python tests/benchmarks/bench_iquants_file.py --llama-quantize PATH
-[--types IQ4_XS,IQ2_XXS] [--threads 2] [--layers 8] [--repeats 1] [--workdir DIR]``
+[--types IQ4_XS,IQ2_XXS] [--threads 2] [--layers 8] [--experts 0] [--repeats 1] [--workdir DIR]``
 
 The input is the synthetic llama-shaped F16 GGUF of ``bench_commands.py`` (``--layers``
 blocks; 8: 0.97 GB), with a GGUF importance matrix written for it (random, every
-quantizable weight). Each type is quantized by ``quantdesk quantize --type T --imatrix M
+quantizable weight). ``--experts 8`` splits each feed-forward into 8 experts (the same
+size): on the dense file MXFP4_MOE writes Q8_0 everywhere, since its MXFP4 is for expert
+tensors only. Each type is quantized by ``quantdesk quantize --type T --imatrix M
 --threads N`` and by ``llama-quantize --imatrix M IN OUT T N`` (its libraries beside it,
 the ``quantize.imatrix.*`` keys llama-quantize adds), both whole processes after
 ``os.sync()``, the two taking turns; the best wall time and CPU time of each, their
@@ -81,6 +83,7 @@ def main() -> int:
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=8, help="blocks of the synthetic model (8: 0.97 GB)")
+    parser.add_argument("--experts", type=int, default=0, help="split each feed-forward into this many experts")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
@@ -89,17 +92,22 @@ def main() -> int:
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, QUANTDESK_HOME=str(workdir / "home"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    # As after a first run: the app's bytecode is written below and loaded by the timed runs (with
+    # PYTHONDONTWRITEBYTECODE set, every run compiled the app's modules again: 0.2-0.3 s of CPU).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     quantdesk = [sys.executable, "-m", "app.cli"]
     from tests.benchmarks.bench_quantize_file import write_synthetic_f16
 
-    src = workdir / f"synthetic-{args.layers}-F16.gguf"
+    moe = f"x{args.experts}" if args.experts else ""
+    src = workdir / f"synthetic-{args.layers}{moe}-F16.gguf"
     if not src.exists():
-        write_synthetic_f16(src, args.layers)
-    imatrix = workdir / "synthetic.imatrix.gguf"
+        write_synthetic_f16(src, args.layers, args.experts)
+    imatrix = workdir / f"synthetic{moe}.imatrix.gguf"
     if not imatrix.exists():
         write_imatrix(src, imatrix)
     print(f"timing {shlex.join(quantdesk)} against {args.llama_quantize}; {src} ({src.stat().st_size / 1e9:.2f} GB), "
           f"{args.threads} threads, best of {args.repeats}; work folder {workdir}")
+    timed([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in ("app", "models", "quantize"))], env)
     warm = timed([sys.executable, "-c", COMPILE], env)
     print(f"first use: every kernel compiled into the work folder's cache, grids built: {warm.wall:.1f} s")
     print("\n| type | quantdesk s | llama-quantize s | wall ratio | CPU ratio | goal | threads busy, ours / tool "

@@ -71,8 +71,13 @@ print(json.dumps({"base": base, "peak": peak, "seconds": seconds}))
 """
 
 
-def write_synthetic_f16(path: Path, layers: int) -> tuple[Path, int]:
-    """A llama-shaped F16 GGUF with random weights; returns it and its largest tensor's values."""
+def write_synthetic_f16(path: Path, layers: int, experts: int = 0) -> tuple[Path, int]:
+    """A llama-shaped F16 GGUF with random weights; returns it and its largest tensor's values.
+
+    With ``experts``, each block's feed-forward is split into that many experts of
+    ``FFN // experts`` (3-D ``ffn_*_exps`` tensors and a router, two experts used): the same
+    number of weights, laid out as a mixture-of-experts model (what MXFP4_MOE is for).
+    """
     from gguf import GGUFWriter
 
     rng = np.random.default_rng(0)
@@ -82,6 +87,9 @@ def write_synthetic_f16(path: Path, layers: int) -> tuple[Path, int]:
                        ("attention.head_count_kv", KV_HEADS)):
         w.add_uint32(f"llama.{key}", value)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)  # llama_model_quantize reads it
+    if experts:
+        w.add_uint32("llama.expert_count", experts)
+        w.add_uint32("llama.expert_used_count", 2)
     w.add_file_type(1)
     hd = HIDDEN // HEADS
     shapes = {"token_embd.weight": (VOCAB, HIDDEN), "output_norm.weight": (HIDDEN,), "output.weight": (VOCAB, HIDDEN)}
@@ -89,18 +97,25 @@ def write_synthetic_f16(path: Path, layers: int) -> tuple[Path, int]:
         p = f"blk.{i}."
         shapes.update({p + "attn_norm.weight": (HIDDEN,), p + "attn_q.weight": (HIDDEN, HIDDEN),
                        p + "attn_k.weight": (KV_HEADS * hd, HIDDEN), p + "attn_v.weight": (KV_HEADS * hd, HIDDEN),
-                       p + "attn_output.weight": (HIDDEN, HIDDEN), p + "ffn_norm.weight": (HIDDEN,),
-                       p + "ffn_gate.weight": (FFN, HIDDEN), p + "ffn_up.weight": (FFN, HIDDEN),
-                       p + "ffn_down.weight": (HIDDEN, FFN)})
+                       p + "attn_output.weight": (HIDDEN, HIDDEN), p + "ffn_norm.weight": (HIDDEN,)})
+        if experts:
+            shapes.update({p + "ffn_gate_inp.weight": (experts, HIDDEN),
+                           p + "ffn_gate_exps.weight": (experts, FFN // experts, HIDDEN),
+                           p + "ffn_up_exps.weight": (experts, FFN // experts, HIDDEN),
+                           p + "ffn_down_exps.weight": (experts, HIDDEN, FFN // experts)})
+        else:
+            shapes.update({p + "ffn_gate.weight": (FFN, HIDDEN), p + "ffn_up.weight": (FFN, HIDDEN),
+                           p + "ffn_down.weight": (HIDDEN, FFN)})
+    # norms and the expert router stay F32, as the converter writes them
+    dtypes = {name: np.dtype(np.float16 if len(shape) > 1 and "gate_inp" not in name else np.float32)
+              for name, shape in shapes.items()}
     for name, shape in shapes.items():
-        dtype = np.float16 if len(shape) > 1 else np.float32
-        w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        w.add_tensor_info(name, shape, dtypes[name], int(np.prod(shape)) * dtypes[name].itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for name, shape in shapes.items():
-        values = (rng.standard_normal(shape, dtype=np.float32) * 0.02)
-        w.write_tensor_data(values.astype(np.float16) if len(shape) > 1 else values)
+        w.write_tensor_data((rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(dtypes[name]))
     w.close()
     return path, max(int(np.prod(s)) for s in shapes.values())
 

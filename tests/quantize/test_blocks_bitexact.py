@@ -115,13 +115,15 @@ def test_every_kind_of_data_matches_libggml(qtype: QT, with_imatrix: bool) -> No
             _assert_same_bytes(values, qtype, _imatrix(512, rng) if with_imatrix else None)
 
 
-def test_q8_0_straight_from_f16_matches_libggml() -> None:
-    """The Q8_0 kernel that reads F16 bits (the quantize job's path for F16 models) writes
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.MXFP4], ids=lambda t: t.name)
+def test_straight_from_f16_matches_libggml(qtype) -> None:
+    """The kernels that read F16 bits (the quantize job's path for F16 models) write
     libggml's bytes for the values widened to float32, as llama_model_quantize widens them:
     every kind of data as float16, with subnormals, the largest half, infinities, signed
     zeros and blocks whose largest magnitude ties."""
     from quantize.blocks import encode_f16_into
 
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
     for seed in SEEDS:
         rng = np.random.default_rng([seed, 8])
         for kind in KINDS:
@@ -131,10 +133,10 @@ def test_q8_0_straight_from_f16_matches_libggml() -> None:
             halves[1, 32:64] = rng.standard_normal(32).astype(np.float16) * np.float16(1e-6)  # subnormals
             halves[2, 64:96] = -0.0
             with np.errstate(all="ignore"):
-                expected = ggml_quantize(halves.astype(np.float32), QT.Q8_0, None)
+                expected = ggml_quantize(halves.astype(np.float32), qtype, None)
             ours = np.empty_like(expected)
-            assert encode_f16_into(QT.Q8_0, halves, ours)
-            differing = (ours.reshape(-1, 34) != expected.reshape(-1, 34)).any(axis=1)
+            assert encode_f16_into(qtype, halves, ours)
+            differing = (ours.reshape(-1, block_bytes) != expected.reshape(-1, block_bytes)).any(axis=1)
             assert not differing.any(), f"{kind}: {differing.sum()} blocks differ"
     assert not encode_f16_into(QT.Q4_K, halves, np.empty((6, 512 // 256 * 144), np.uint8))  # no such kernel
 
