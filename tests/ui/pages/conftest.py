@@ -21,9 +21,11 @@ def drag_and_drop(widget: QWidget, path: Path) -> tuple[bool, bool]:
 @pytest.fixture(scope="session")
 def tiny_hf_master(tmp_path_factory) -> Path:
     """A tiny real-format llama checkpoint (written once per session)."""
+    from tests.conftest import SESSION_DIR_PREFIX
     from tests.factory.checkpoints import write_tiny_checkpoint
 
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny-hf").path
+    folder = tmp_path_factory.mktemp(SESSION_DIR_PREFIX + "ck")
+    return write_tiny_checkpoint(folder / "tiny-hf").path
 
 
 @pytest.fixture
