@@ -702,7 +702,7 @@ class BatchScheduler:
                 draft = self._draft(reply, space)
                 if draft:
                     drafts[index] = draft
-                    offers[index] = (len(draft), reply.drafter.acceptance)
+                    offers[index] = reply.drafter.offered
         if not offers:
             return
         plan = plan_drafts(counts, offers, self.step_cost, self.model.n_ubatch, self.split_equal)

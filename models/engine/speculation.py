@@ -18,18 +18,20 @@ second pass over the weights, and a step of slots 0, 2 and 3 is two. So the step
 are chosen together (:func:`plan_drafts`) from:
 
 - :class:`StepCost`: a step's time, measured over the recent steps that read no prompt —
-  a one-token micro-batch (llama.cpp's vector kernels) on its own, any other as a fixed
-  time plus a time per token (the matrix kernels);
-- each reply's acceptance, per token, for drafts found by a long match (the reply is
-  copying a passage) apart from the others (:class:`LookupDrafter`).
+  a one-token micro-batch (llama.cpp's vector kernels) on its own, a size measured lately
+  by its own time, any other as a fixed time plus a time per token (the matrix kernels),
+  hopefully less at first so that a size that may pay is tried;
+- each reply's record of how far its drafts ran, position by position, for drafts found
+  by a long match (the reply is copying a passage) apart from the others
+  (:class:`RunRecord`, :class:`LookupDrafter`), which says how many tokens a pass with a
+  draft of each length yields (:meth:`RunRecord.yields`).
 
-With acceptance ``p`` a draft of ``k`` tokens yields ``(1 − p^(k+1)) / (1 − p)`` tokens
-(:func:`expected_tokens`); the plan takes the drafts that give most tokens per unit of the
-step's predicted time, and none when nothing beats plain decoding (a free-form chat, a busy
-machine). A reply whose drafts do not pay is not drafted at all: it still looks a draft up
-now and then (after a rest that doubles, up to :data:`LONGEST_REST` steps) and *watches*
-it — compares it with the tokens it then picks — so its acceptance keeps being learnt at no
-cost to the step, and a reply that starts copying later is noticed. A match needs at least
+The plan takes the drafts that give most tokens per unit of the step's predicted time,
+and none when nothing beats plain decoding (a free-form chat, a busy machine). A reply
+whose drafts do not pay is not drafted at all: it still looks a draft up now and then
+(after a rest that doubles, up to :data:`LONGEST_REST` steps) and *watches* it — compares
+it with the tokens it then picks — so its record keeps being learnt at no cost to the
+step, and a reply that starts copying later is noticed. A match needs at least
 :data:`MIN_NGRAM` tokens: a few repeated tokens ("of the", a comma) predict what follows
 too poorly.
 
@@ -60,10 +62,11 @@ LONG_MATCH = 32
 # middling for a short match, so that a reply drafts at once only where tokens are cheap
 # and elsewhere watches first; high for a long one (a passage being copied), whose drafts
 # were kept at 96-100 % — so a reply that copies drafts from its first long match on.
-FIRST_ACCEPTANCE = (0.5, 0.9)
-# How much of a reply's record of kept and cut drafts each later drafted token leaves: the
-# record spans about the last 100 drafted tokens of a kind, however long the drafts were.
-FORGET = 0.99
+FIRST_ACCEPTANCE = (0.5, 0.97)
+# How much of a reply's record of how far its drafts ran each later draft leaves: the
+# record spans about the last ten drafts of a kind. Position by position, so a run of short
+# drafts kept whole adds up at their positions, and says little of positions past them.
+FORGET = 0.9
 # The cost of one more token in a step before any step was measured.
 FIRST_EXTRA_COST = 0.1
 # Per step that cannot measure a draft token's cost (a one-token step, or steps of one size
@@ -73,12 +76,24 @@ FIRST_EXTRA_COST = 0.1
 RELAX = 0.02
 # How many steps' worth the fitted line counts for against a size's own measured steps.
 SIZE_PRIOR = 0.5
+# How much cheaper than the line a micro-batch not measured lately is hoped to be, past
+# the longest measured or at a power of two. CPU matrix kernels are not a line: SmolLM2 Q4_1 at one thread took 43 one-token
+# steps for 63 tokens and 29 for 64 (a draft of 63 after the reply's token), 34 for 65.
+# Priced hopefully, a longer size that may pay is tried once, and from then on its own
+# time prices it (``_sizes``); one that does not is dropped after that one step, until
+# its measurement has faded (:data:`RELAX`).
+HOPE = 0.35
 # A plan must promise this many times the tokens per unit of time of plain decoding.
 MIN_GAIN = 1.05
 # The longest rest (steps) between two looks of a reply whose drafts do not pay.
 LONGEST_REST = 16
-# Draft lengths a plan tries (besides the offered drafts' own lengths).
-PLAN_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# Draft lengths a plan tries (besides the offered drafts' own lengths): a draft of
+# 2^k − 1 tokens after a reply's one chosen token makes a micro-batch of 2^k, the sizes
+# matrix kernels are quickest at.
+PLAN_LENGTHS = (1, 2, 3, 4, 6, 7, 8, 12, 15, 16, 24, 31, 32, 48, 63)
+# How many drafts' worth of evidence a position's own record needs to count as much as
+# the pooled record of the positions after the first.
+POSITION_PRIOR = 2.0
 # When set (a number), the cost of one more token in a step, instead of measuring it: the
 # tests pin it so that what is drafted does not depend on how busy the machine is.
 COST_ENV = "QUANTDESK_DRAFT_TOKEN_COST"
@@ -213,78 +228,148 @@ class StepCost:
         self.per_token = float(np.exp(np.log(self.per_token)
                                       + RELAX * np.log(FIRST_EXTRA_COST / self.per_token)))
         self.fixed += RELAX * (1.0 - FIRST_EXTRA_COST - self.fixed)
-        for entry in self._sizes.values():
+        for size, entry in list(self._sizes.items()):
             entry[0] *= 1.0 - RELAX
+            if entry[0] < 0.01:  # forgotten: hoped for again
+                del self._sizes[size]
 
     def units(self, sizes: Sequence[int]) -> float:
         """A step's predicted time in one-token steps."""
         return sum(self._micro_batch(size) for size in sizes)
 
     def _micro_batch(self, size: int) -> float:
-        """A micro-batch's predicted time: the line's, moved towards the size's own measured
-        time as far as that has been measured lately (one step: two thirds of the way)."""
+        """A micro-batch's predicted time, in one-token steps:
+
+        - a size measured lately: the line's, moved towards the size's own measured time
+          as far as that has been measured (one step: two thirds of the way);
+        - between two sizes measured lately: their times, interpolated;
+        - past the longest measured: its time plus the line's per token;
+        - nothing measured: the line's.
+
+        Past the longest measured, and at a power of two (the matrix kernels work in
+        tiles of such sizes), :data:`HOPE` less, so that a size that may pay is tried
+        once (and then priced by what it cost).
+        """
         if size == 1:
             return 1.0
         line = self.fixed + self.per_token * size
         entry = self._sizes.get(size)
-        if entry is None:
+        if entry is not None:
+            weight, measured = entry
+            return (weight * measured + SIZE_PRIOR * line) / (weight + SIZE_PRIOR)
+        below = max((s for s in self._sizes if s < size), default=None)
+        above = min((s for s in self._sizes if s > size), default=None)
+        if below is None:
             return line
-        weight, measured = entry
-        return (weight * measured + SIZE_PRIOR * line) / (weight + SIZE_PRIOR)
+        low = self._micro_batch(below)
+        if above is not None:
+            price = low + (self._micro_batch(above) - low) * (size - below) / (above - below)
+            return price * (1.0 - HOPE) if size & (size - 1) == 0 else price
+        return (low + self.per_token * (size - below)) * (1.0 - HOPE)
 
 
-def expected_tokens(acceptance: float, length: int) -> float:
-    """The tokens a pass gives with a draft of ``length``: 1 + p + p² + … + p^length."""
-    if acceptance >= 1.0:
-        return length + 1.0
-    return (1.0 - acceptance ** (length + 1)) / (1.0 - acceptance)
+def _lengths(longest: int) -> list[int]:
+    return [*(n for n in PLAN_LENGTHS if n < longest), longest]
 
 
-def best_length(acceptance: float, cost: StepCost, longest: int) -> int:
+def best_length(yields: np.ndarray, cost: StepCost) -> int:
     """The draft length of a reply alone with the most expected tokens per unit of time,
-    among :data:`PLAN_LENGTHS` and ``longest`` (0: draft nothing, when no length beats
-    plain decoding by :data:`MIN_GAIN`)."""
+    among :data:`PLAN_LENGTHS` up to the table's longest (0: draft nothing, when no
+    length beats plain decoding by :data:`MIN_GAIN`). ``yields[k]``: the tokens a pass
+    gives with a draft of ``k`` (:meth:`RunRecord.yields`)."""
     best, best_gain = 0, MIN_GAIN
-    for length in (*(n for n in PLAN_LENGTHS if n < longest), longest):
-        gain = expected_tokens(acceptance, length) / cost.units([length + 1])
+    for length in _lengths(len(yields) - 1):
+        gain = yields[length] / cost.units([length + 1])
         if gain > best_gain:
             best, best_gain = length, gain
     return best
 
 
-def plan_drafts(counts: Sequence[tuple[int, int]], offers: dict[int, tuple[int, float]],
+def plan_drafts(counts: Sequence[tuple[int, int]], offers: dict[int, np.ndarray],
                 cost: StepCost, n_ubatch: int, equal: bool) -> dict[int, int]:
     """The draft length of each offering reply in a step, chosen together.
 
     ``counts``: (sequence id, chosen tokens) of each generating reply, in batch order;
-    ``offers``: index in ``counts`` → (longest draft it offers, its acceptance). Tries
-    the replies likeliest to be right first, all at one length (or their own, when
-    shorter), and returns {index: length} of the plan with the most expected tokens per
-    unit of time (:meth:`StepCost.units` of :func:`ubatch_sizes`), or {} when none beats
-    plain decoding by :data:`MIN_GAIN`.
+    ``offers``: index in ``counts`` → the yield table of its draft (``[k]``: the tokens
+    a pass gives with the first ``k`` of it; its length is the draft's). Tries the
+    replies likeliest to be right first, all at one length (or their own, when shorter),
+    and returns {index: length} of the plan with the most expected tokens per unit of
+    time (:meth:`StepCost.units` of :func:`ubatch_sizes`), or {} when none beats plain
+    decoding by :data:`MIN_GAIN`.
     """
     def value(lengths: dict[int, int]) -> float:
         shape = [(seq, count + lengths.get(i, 0)) for i, (seq, count) in enumerate(counts)]
-        tokens = len(counts) + sum(expected_tokens(offers[i][1], k) - 1
-                                   for i, k in lengths.items())
+        tokens = len(counts) + sum(offers[i][k] - 1 for i, k in lengths.items())
         return tokens / cost.units(ubatch_sizes(shape, n_ubatch, equal))
 
     best, best_value = {}, MIN_GAIN * value({})
-    longest = max(length for length, _ in offers.values())
-    lengths = sorted({length for length, _ in offers.values()}
-                     | {length for length in PLAN_LENGTHS if length < longest})
-    ranked = sorted(offers, key=lambda i: -offers[i][1])
+    longest = {i: len(table) - 1 for i, table in offers.items()}
+    lengths = sorted(set(longest.values()) | set(_lengths(max(longest.values()))))
+    ranked = sorted(offers, key=lambda i: -offers[i][min(longest[i], 4)])
     for top in range(1, len(ranked) + 1):
         chosen = ranked[:top]
         for length in lengths:
-            capped = {i: min(length, offers[i][0]) for i in chosen}
-            only = {i: length for i in chosen if offers[i][0] >= length}
+            capped = {i: min(length, longest[i]) for i in chosen}
+            only = {i: length for i in chosen if longest[i] >= length}
             for plan in (capped, only) if capped != only else (capped,):
                 if plan:
                     v = value(plan)
                     if v > best_value:
                         best, best_value = plan, v
     return best
+
+
+class RunRecord:
+    """How far one kind of draft runs before the reply departs from it, position by
+    position, over the recent drafts (those verified and those watched).
+
+    A per-token acceptance misjudges copying: when a reply copies a passage, its drafts
+    are cut at a few places (where the reply changes something, where a loop turns) and
+    the draft after a cut starts from a short, shaky match; the tokens further into a
+    draft that got going are kept at a far higher rate. Drafts of 3 tokens kept at 98 %
+    promise 36 tokens from a draft of 63 at one rate (1 − 2 % a token); 63-token drafts
+    of the same replies kept 96 % (60 tokens). So each position ``j`` has its own rate
+    of cuts among the drafts that reached it (a Kaplan–Meier estimate); a position few
+    drafts reached borrows the pooled rate of the positions after the first, and the
+    prior is the kind's :data:`FIRST_ACCEPTANCE` worth two drafts.
+
+    Args:
+        longest: The longest draft of the kind.
+        first: The kind's acceptance before any draft (:data:`FIRST_ACCEPTANCE`).
+    """
+
+    def __init__(self, longest: int, first: float) -> None:
+        self.first = first
+        self.reached = np.zeros(longest + 1)  # [j]: faded count of drafts compared at j
+        self.cut = np.zeros(longest + 1)  # [j]: faded count of drafts cut at j
+
+    def add(self, drafted: int, kept: int, fade: float) -> None:
+        """A draft of ``drafted`` tokens of which the first ``kept`` were kept; earlier
+        drafts count ``fade`` as much as before."""
+        self.reached *= fade
+        self.cut *= fade
+        self.reached[1:min(kept + 1, drafted) + 1] += 1.0
+        if kept < drafted:
+            self.cut[kept + 1] += 1.0
+
+    def rate(self) -> float:
+        """The pooled per-token acceptance: tokens kept over tokens compared."""
+        reached, cut = self.reached.sum(), self.cut.sum()
+        return (reached - cut + 2.0 * self.first) / (reached + 2.0)
+
+    def yields(self, longest: int) -> np.ndarray:
+        """``[k]``: the tokens a pass gives with a draft of ``k`` (0 … ``longest``): one
+        chosen token plus the expected number of the draft's first ``k`` kept."""
+        prior = 1.0 - self.first
+        later = (self.cut[2:].sum() + 2.0 * prior) / (self.reached[2:].sum() + 2.0)
+        cuts = self.cut[1:longest + 1].copy()
+        reached = self.reached[1:longest + 1].copy()
+        cuts[0] += 2.0 * prior  # the first position: its own record and the prior
+        reached[0] += 2.0
+        cuts[1:] += POSITION_PRIOR * later  # the others: their own and the pooled later ones
+        reached[1:] += POSITION_PRIOR
+        survive = np.cumprod(1.0 - cuts / reached)
+        return np.concatenate(([1.0], 1.0 + np.cumsum(survive)))
 
 
 def repeat_continuation(continuation: np.ndarray, limit: int) -> list[int]:
@@ -309,10 +394,12 @@ class LookupDrafter:
     others at 70–90 %; where a draft token costs a third of a step or more, only the first
     pay for long drafts.
 
-    A draft whose kind's acceptance could pay for it (:func:`best_length` at the step
-    cost of a reply alone) is *offered* to the step's plan; otherwise, and when the plan
-    leaves it out, it is *watched*: compared with the tokens the reply then picks
-    (:meth:`observe`), which teaches the acceptance without verifying anything.
+    Each kind's drafts have a :class:`RunRecord` of how far they ran. A draft whose
+    kind's record could pay for it (:func:`best_length` at the step cost of a reply
+    alone) is *offered* to the step's plan, with its yield table (:attr:`offered`);
+    otherwise, and when the plan leaves it out, it is *watched*: compared with the tokens
+    the reply then picks (:meth:`observe`), which teaches the record without verifying
+    anything.
 
     Args:
         max_length: The most tokens one draft holds (the request's ``draft_tokens``).
@@ -326,11 +413,10 @@ class LookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min(MIN_NGRAM, max_ngram)
         self.cost = cost
-        self.acceptance = FIRST_ACCEPTANCE[0]  # of the kind of the draft offered last
-        # Per kind (0: short match, 1: long): faded counts of kept tokens and of cut drafts.
-        self._kept = [0.0, 0.0]
-        self._cuts = [0.0, 0.0]
+        # Per kind (0: short match, 1: long): how far its recent drafts ran.
+        self._records = [RunRecord(max_length, first) for first in FIRST_ACCEPTANCE]
         self._kind = 0  # of the draft offered last
+        self.offered = np.ones(1)  # the yield table of the draft offered last
         self._history = np.zeros(capacity + max_length + 2, dtype=np.intc)
         self._known = 0  # tokens of the slot already copied into the history
         self._rest = 0
@@ -342,16 +428,15 @@ class LookupDrafter:
         self.accepted = 0
 
     def rate(self, kind: int) -> float:
-        """The acceptance of a kind of draft: tokens kept over tokens kept plus drafts cut
-        short, from a prior of :data:`FIRST_ACCEPTANCE` worth two drafts."""
-        kept, cuts = self._kept[kind], self._cuts[kind]
-        return (kept + 2 * FIRST_ACCEPTANCE[kind]) / (kept + cuts + 2.0)
+        """The pooled per-token acceptance of a kind of draft (:meth:`RunRecord.rate`)."""
+        return self._records[kind].rate()
 
     def propose(self, tokens: Sequence[int], pending: Sequence[int], room: int) -> list[int]:
         """The draft to offer after ``tokens`` (the slot's cache, which only grows while a
         reply runs) and ``pending`` (chosen, not yet evaluated), at most ``room`` tokens;
         [] when it would not pay (a draft found then is watched instead)."""
-        pays = [best_length(self.rate(kind), self.cost, self.max_length) > 0 for kind in (0, 1)]
+        pays = [best_length(record.yields(self.max_length), self.cost) > 0
+                for record in self._records]
         if not any(pays) and (self._watched or self._rest > 0):
             self._rest -= not self._watched
             return []
@@ -360,7 +445,7 @@ class LookupDrafter:
             return []
         draft, kind = self._look(tokens, pending, limit)
         if draft and pays[kind]:
-            self._kind, self.acceptance = kind, self.rate(kind)
+            self._kind, self.offered = kind, self._records[kind].yields(len(draft))
             self._next_rest = 1
             return draft
         if draft and not self._watched:
@@ -414,15 +499,6 @@ class LookupDrafter:
         self.accepted += accepted
         self._watched = []  # the verified draft went past what was watched
         self._learn(self._kind, drafted, accepted)
-        self.acceptance = self.rate(self._kind)
 
     def _learn(self, kind: int, drafted: int, accepted: int) -> None:
-        # The per-token rate p that best explains the recent drafts of a kind: tokens kept
-        # over tokens kept plus drafts cut short (a draft kept whole was cut nowhere), the
-        # counts fading by FORGET per token drafted since. So a long draft kept whole counts
-        # as the many right guesses it was, and a run of short drafts kept whole adds up to
-        # as much evidence as one long one (fading per draft, twenty 4-token drafts kept
-        # whole left p near 0.93: too little to try a long draft where tokens are dear).
-        fade = FORGET ** drafted
-        self._kept[kind] = self._kept[kind] * fade + accepted
-        self._cuts[kind] = self._cuts[kind] * fade + (accepted < drafted)
+        self._records[kind].add(drafted, accepted, FORGET)
