@@ -75,7 +75,8 @@ from models.engine.options import ChatOptions, ChatStats, output_constraint
 from models.engine.prompt_cache import MIN_TOKENS, PromptCache, common_prefix
 from models.engine.reasoning import OPEN_TAG, ReasoningSplitter, prompt_opens_reasoning
 from models.engine.sessions import (SessionStore, SessionUnusable, capture_state, restore_state)
-from models.engine.speculation import LookupDrafter, StepCost, plan_drafts, ubatch_sizes
+from models.engine.speculation import (MOST_STEP_TOKENS, LookupDrafter, StepCost, plan_drafts,
+                                      ubatch_sizes)
 from models.engine.token_stream import Sampler, StopFilter, TokenTextDecoder
 from models.engine.vision import position_after
 from models.foundation.errors import QuantDeskError
@@ -719,10 +720,13 @@ class BatchScheduler:
     def _draft(self, reply: Reply, space: int) -> list[int]:
         """The draft ``reply`` offers after its pending tokens: at most ``space`` (the
         batch's room), and none the reply could not use (its token budget, its slot's
-        context); a constrained reply's draft ends where the grammar refuses a token."""
+        context) or that would make the reply's tokens in the step too many to decode as
+        plain decoding does (:data:`~models.engine.speculation.MOST_STEP_TOKENS`); a
+        constrained reply's draft ends where the grammar refuses a token."""
         slot, stats = reply.slot, reply.stats
         room = min(space, self.model.n_ctx - len(slot.tokens) - len(reply.pending) - 1,
-                   reply.options.max_tokens - stats.completion_tokens)
+                   reply.options.max_tokens - stats.completion_tokens,
+                   MOST_STEP_TOKENS - len(reply.pending))
         if reply.steps is not None:
             if not reply.first_token_at:
                 return []  # the grammar's first plan has not run yet

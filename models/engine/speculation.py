@@ -87,10 +87,15 @@ HOPE = 0.35
 MIN_GAIN = 1.05
 # The longest rest (steps) between two looks of a reply whose drafts do not pay.
 LONGEST_REST = 16
+# The most tokens of one reply in a step (its chosen tokens and its draft): llama.cpp's CPU
+# flash attention reads 64 or more queries of a sequence at once with a tiled kernel
+# (GGML_FA_TILE_Q) that rounds differently from the one-query kernel plain decoding uses
+# (logits up to 1.2 apart on SmolLM2): a greedy reply would then not be plain decoding's.
+MOST_STEP_TOKENS = 63
 # Draft lengths a plan tries (besides the offered drafts' own lengths): a draft of
 # 2^k − 1 tokens after a reply's one chosen token makes a micro-batch of 2^k, the sizes
 # matrix kernels are quickest at.
-PLAN_LENGTHS = (1, 2, 3, 4, 6, 7, 8, 12, 15, 16, 24, 31, 32, 48, 63)
+PLAN_LENGTHS = (1, 2, 3, 4, 6, 7, 8, 12, 15, 16, 24, 31, 32, 48, 62)
 # How many drafts' worth of evidence a position's own record needs to count as much as
 # the pooled record of the positions after the first.
 POSITION_PRIOR = 2.0
