@@ -20,8 +20,13 @@ Speed is the generation rate the client sees: reply tokens after each reply's fi
 the time from the first content to the last (4 clients: all replies' tokens over the span
 of the group), so the prefill — the same for every side, and cached before each pair — is
 left out. Printed per configuration: the median of the ratios within pairs with quartiles
-(``timing.paired_ratio``), drafted and accepted tokens, and whether the greedy replies with
-and without speculation were identical in every pair (they must be).
+(``timing.paired_ratio``), drafted and accepted tokens, in how many rounds each side's
+greedy replies were ours plain's token for token, and whether ours with and without
+speculation were identical in every round (they must be). llama-server's replies with
+speculation need not be: its drafts of 48–64 tokens put 64 or more tokens of a sequence in a
+micro-batch, where llama.cpp's CPU flash attention takes its tiled kernel, which rounds
+differently from the one-token kernel (ours keep a reply below that, ``speculation.
+MOST_STEP_TOKENS``).
 
 Both servers get the same GGUF (SmolLM2-135M-Instruct unless a path is given; ``--f32``
 serves its weights dequantized to F32 instead: four times the bytes per step, which makes a
@@ -83,6 +88,7 @@ class Side:
     rates: list[float] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    same: int = 0  # rounds whose greedy replies were ours plain's, token for token
 
 
 def edit_messages(run: int) -> tuple[list[dict], int]:
@@ -212,6 +218,8 @@ def compare(http, sides: list[Side], model_id: str, workload: str, clients: int,
                 side.drafted += drafted
                 side.accepted += accepted
             texts[side.name] = [r.text for r in replies]
+        for side in sides:
+            side.same += texts[side.name] == texts[sides[1].name]
         if len(sides) >= 2 and texts[sides[0].name] != texts[sides[1].name]:
             mismatches += 1
     reference = sides[1]
@@ -220,7 +228,8 @@ def compare(http, sides: list[Side], model_id: str, workload: str, clients: int,
         rate = f"{side.accepted / side.drafted:.0%}" if side.drafted else "-"
         ratio = paired_ratio_text(side.rates, reference.rates) if side is not reference else "1"
         print(f"  {side.name:<34} {statistics.median(side.rates):7.1f} tok/s  drafted "
-              f"{side.drafted:6} accepted {side.accepted:6} ({rate:>4})  / ours plain: {ratio}")
+              f"{side.drafted:6} accepted {side.accepted:6} ({rate:>4})  / ours plain: {ratio}"
+              f"  same text: {side.same}/{runs}")
     print("  greedy replies with and without speculation identical in every round"
           if not mismatches else f"  WARNING: they differed in {mismatches} of {runs} rounds")
     return mismatches
