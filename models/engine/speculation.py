@@ -61,7 +61,7 @@ LONG_MATCH = 32
 # A new reply's acceptance of each kind of draft before it has drafted or watched one:
 # middling for a short match, so that a reply drafts at once only where tokens are cheap
 # and elsewhere watches first; high for a long one (a passage being copied), whose drafts
-# were kept at 96-100 % — so a reply that copies drafts from its first long match on.
+# were kept at 96-100 % — so a reply that copies drafts long from its first long match on.
 FIRST_ACCEPTANCE = (0.5, 0.97)
 # How much of a reply's record of how far its drafts ran each later draft leaves: the
 # record spans about the last ten drafts of a kind. Position by position, so a run of short
@@ -77,11 +77,11 @@ RELAX = 0.02
 # How many steps' worth the fitted line counts for against a size's own measured steps.
 SIZE_PRIOR = 0.5
 # How much cheaper than the line a micro-batch not measured lately is hoped to be, past
-# the longest measured or at a power of two. CPU matrix kernels are not a line: SmolLM2 Q4_1 at one thread took 43 one-token
-# steps for 63 tokens and 29 for 64 (a draft of 63 after the reply's token), 34 for 65.
-# Priced hopefully, a longer size that may pay is tried once, and from then on its own
-# time prices it (``_sizes``); one that does not is dropped after that one step, until
-# its measurement has faded (:data:`RELAX`).
+# the longest measured or at a power of two. CPU kernels are not a line (SmolLM2 Q4_1 at
+# one thread: 17 tokens took 12.2 one-token steps, 32 took 22.7 and 33 took 26.4): priced
+# hopefully, a size that may pay is tried once, and from then on its own time prices it
+# (``_sizes``); one that does not is dropped after that one step, until its measurement
+# has faded (:data:`RELAX`).
 HOPE = 0.35
 # A plan must promise this many times the tokens per unit of time of plain decoding.
 MIN_GAIN = 1.05
@@ -332,8 +332,8 @@ class RunRecord:
     are cut at a few places (where the reply changes something, where a loop turns) and
     the draft after a cut starts from a short, shaky match; the tokens further into a
     draft that got going are kept at a far higher rate. Drafts of 3 tokens kept at 98 %
-    promise 36 tokens from a draft of 63 at one rate (1 − 2 % a token); 63-token drafts
-    of the same replies kept 96 % (60 tokens). So each position ``j`` has its own rate
+    promise 36 tokens from a draft of 63 at one rate (1 − 2 % a token), where drafts of
+    48–64 tokens of the same replies (llama-server's) were kept at 96 %. So each position ``j`` has its own rate
     of cuts among the drafts that reached it (a Kaplan–Meier estimate); a position few
     drafts reached borrows the pooled rate of the positions after the first, and the
     prior is the kind's :data:`FIRST_ACCEPTANCE` worth two drafts.
