@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QTimer
 from PySide6.QtGui import QPalette
@@ -36,8 +37,9 @@ from app.ui.quantize.label_placement import RECOMMENDED, label_order, nearest_po
 
 #: KLDs at or below this (a file against itself) are drawn here on the log scale.
 KLD_FLOOR = 1e-6
-#: The points' marker size in pixels; a label starts this far from its point's centre.
+#: The points' marker size in pixels.
 MARKER = 11
+#: How far from its point's centre a label starts, in pixels (clear of the marker).
 LABEL_GAP = 9.0
 #: (legend text, pyqtgraph symbol, the symbol as a character, theme colour, with an imatrix)
 SERIES = (("without an imatrix", "o", "\u25cf", "info_border", False),
@@ -54,11 +56,17 @@ def _tip(row: QualityRow) -> str:
             f"same top {row.same_top_percent:.2f} %")
 
 
+@dataclass
 class _Label:
-    """One type-name label and the point it names (several names where files coincide)."""
+    """One type-name label (a pyqtgraph TextItem), its leader line (a PlotCurveItem, shown
+    when the label had to move away) and the point it names: the view's x (MiB) and y
+    (log10 KLD), with every type drawn there (several where files coincide)."""
 
-    def __init__(self, item, leader, names: list[str], x: float, log_y: float) -> None:
-        self.item, self.leader, self.names, self.x, self.log_y = item, leader, names, x, log_y
+    item: Any
+    leader: Any
+    names: list[str]
+    x: float
+    log_y: float
 
 
 class QualityChart(QWidget):
