@@ -21,7 +21,7 @@ from typing import Optional
 
 from PySide6.QtWidgets import QApplication
 
-from tests.ui.pages.screenshots import settle, shoot_top_and_bottom, wait_until
+from tests.ui.pages.screenshots import shoot_top_and_bottom, themed_windows, wait_until
 
 STOCK = ["Q5_K_M", "Q4_K_M", "Q3_K_M"]
 FIT_TO = "Q4_K_M"
@@ -51,10 +51,7 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
     os.environ["QUANTDESK_HOME"] = str(home)
     out.mkdir(parents=True, exist_ok=True)
 
-    from app.core.preferences import Preferences
     from app.ui.application import create_application
-    from app.ui.main_window import MainWindow
-    from app.ui.theme import apply_theme
 
     app = create_application()
     source = home / "models" / "SmolLM2-135M-F16.gguf"
@@ -62,13 +59,7 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         source = measure(home)
     target = (home / "models" / f"SmolLM2-135M-{FIT_TO}.gguf").stat().st_size
     shots: list[Path] = []
-    for theme in ("light", "dark"):
-        Preferences().set("theme", theme)
-        apply_theme(theme, app)
-        window = MainWindow()
-        window.resize(1280, 800)
-        window.show()
-        settle(0.5)
+    for theme, window in themed_windows(app):
         page = window.show_page("Quantize")
         page.open_path(source)
         page.chunk_size_spin.setValue(64)
@@ -78,8 +69,6 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         page.fit_check.setChecked(True)
         page.fit_slider.setValue(target // 1024)
         shots += shoot_top_and_bottom(window, page, out, theme, "quantize-fit", "quantize-fit-quality")
-        window.close()
-        settle(0.3)
     if not keep:
         shutil.rmtree(home, ignore_errors=True)
     return shots

@@ -10,6 +10,12 @@ of them: a small, quick measure), and then, for each theme, opens the source on 
 Quantize page as a person would: the stored reports fill the table, the chart and the
 type list. Saved: ``quantize-quality-types`` (the top of the page, the measured types) and
 ``quantize-quality`` (the report and chart).
+
+``python -m tests.ui.pages.quality_screenshots --smollm2-table OUT_DIR`` shows instead the
+53 reports of ``tests/benchmarks/README.md``'s quality table
+(:mod:`tests.ui.pages.smollm2_quality_table`: every type with and without an imatrix, most
+between 78 and 90 MiB) in the page's report, the crowded chart, without measuring
+anything: saved as ``quantize-quality-table``.
 """
 
 from __future__ import annotations
@@ -21,9 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QScrollArea
 
-from tests.ui.pages.screenshots import settle, shoot_top_and_bottom, wait_until
+from tests.ui.pages.screenshots import settle, shoot_top_and_bottom, themed_windows, wait_until
 
 WITH_IMATRIX = ["Q8_0", "Q6_K", "Q4_K_M", "Q3_K_M"]
 WITHOUT_IMATRIX = ["Q4_K_M", "Q3_K_M"]
@@ -53,11 +59,8 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
     os.environ["QUANTDESK_HOME"] = str(home)
     out.mkdir(parents=True, exist_ok=True)
 
-    from app.core.preferences import Preferences
     from app.core.quality_checks import quality_rows
     from app.ui.application import create_application
-    from app.ui.main_window import MainWindow
-    from app.ui.theme import apply_theme
 
     app = create_application()
     source = home / "models" / "SmolLM2-135M-F16.gguf"
@@ -66,13 +69,7 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         source = measure(home)
     expected = len(WITH_IMATRIX) + len(WITHOUT_IMATRIX) if measured else len(quality_rows(source))
     shots: list[Path] = []
-    for theme in ("light", "dark"):
-        Preferences().set("theme", theme)
-        apply_theme(theme, app)
-        window = MainWindow()
-        window.resize(1280, 800)
-        window.show()
-        settle(0.5)
+    for theme, window in themed_windows(app):
         page = window.show_page("Quantize")
         page.open_path(source)
         if measured:  # the page set as the measuring was: it finds the imatrix made then
@@ -84,14 +81,45 @@ def main(out: Path, home: Optional[Path] = None) -> list[Path]:
         for name in ("Q4_K_M", "Q3_K_M"):
             page.types_model.set_checked(name)
         shots += shoot_top_and_bottom(window, page, out, theme, "quantize-quality-types", "quantize-quality")
-        window.close()
-        settle(0.3)
     if not keep:
         shutil.rmtree(home, ignore_errors=True)
     return shots
 
 
+def show_table(out: Path) -> list[Path]:
+    """The report of every SmolLM2 type as measured for the benchmarks README, each theme."""
+    home = Path(tempfile.mkdtemp(prefix="quantdesk-quality-table-shots-"))
+    os.environ["QUANTDESK_HOME"] = str(home)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from app.ui.application import create_application
+    from tests.ui.pages.smollm2_quality_table import smollm2_rows
+
+    app = create_application()
+    shots: list[Path] = []
+    for theme, window in themed_windows(app):
+        page = window.show_page("Quantize")
+        panel = page.quality_panel
+        panel.source = Path("SmolLM2-135M-F16.gguf")
+        panel._set_rows(smollm2_rows())
+        settle(0.8)  # the report's rows laid out: the page is its full height
+        bar = page.findChild(QScrollArea).verticalScrollBar()
+        bar.setValue(bar.maximum())
+        settle(0.8)
+        path = out / f"quantize-quality-table-{theme}.png"
+        window.grab().save(str(path))
+        shots.append(path)
+    shutil.rmtree(home, ignore_errors=True)
+    return shots
+
+
 if __name__ == "__main__":
-    for shot in main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None):
+    arguments = sys.argv[1:]
+    if "--smollm2-table" in arguments:
+        arguments.remove("--smollm2-table")
+        shots = show_table(Path(arguments[0]))
+    else:
+        shots = main(Path(arguments[0]), Path(arguments[1]) if len(arguments) > 1 else None)
+    for shot in shots:
         print(shot)
     QApplication.instance().quit()

@@ -38,6 +38,25 @@ def settle(seconds: float = 0.3) -> None:
         time.sleep(0.01)
 
 
+def themed_windows(app):
+    """For the light theme, then the dark: the main window at 1280 × 800 on screen in it,
+    as ``(theme, window)``; closed when the loop moves on."""
+    from app.core.preferences import Preferences
+    from app.ui.main_window import MainWindow
+    from app.ui.theme import apply_theme
+
+    for theme in ("light", "dark"):
+        Preferences().set("theme", theme)  # what the Settings page's selector stores
+        apply_theme(theme, app)
+        window = MainWindow()
+        window.resize(1280, 800)
+        window.show()
+        settle(0.5)
+        yield theme, window
+        window.close()
+        settle(0.3)
+
+
 def shoot_top_and_bottom(window, page, out: Path, theme: str, top: str, bottom: str) -> list[Path]:
     """The window grabbed with ``page``'s scroll area at its top (``top-THEME.png``) and at
     its bottom (``bottom-THEME.png``) in ``out``; the paths."""
@@ -64,9 +83,6 @@ def main(out: Path) -> list[Path]:
 
     from app.cli import main as cli
     from app.ui.application import create_application
-    from app.ui.main_window import MainWindow
-    from app.core.preferences import Preferences
-    from app.ui.theme import apply_theme
     import quantize.job as job
     from tests.factory.checkpoints import write_tiny_checkpoint
     from tests.models.hub.conftest import make_state
@@ -88,13 +104,7 @@ def main(out: Path) -> list[Path]:
     shots: list[Path] = []
     with HubServer(make_state()) as hub:
         os.environ["HF_ENDPOINT"] = hub.url
-        for theme in ("light", "dark"):
-            Preferences().set("theme", theme)  # what the Settings page's selector stores
-            apply_theme(theme, app)
-            window = MainWindow()
-            window.resize(1280, 800)
-            window.show()
-            settle(0.5)
+        for theme, window in themed_windows(app):
 
             def shoot(name: str) -> None:
                 settle(0.4)
@@ -148,8 +158,6 @@ def main(out: Path) -> list[Path]:
             bar = settings.findChild(QScrollArea).verticalScrollBar()
             bar.setValue(bar.maximum())  # the load defaults and the saved KV sessions
             shoot("settings-bottom")
-            window.close()
-            settle(0.3)
     shutil.rmtree(home, ignore_errors=True)
     return shots
 

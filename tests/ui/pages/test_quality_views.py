@@ -3,6 +3,7 @@ measured file in the Chat page's model picker."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -71,3 +72,43 @@ def test_the_chat_model_picker_says_a_measured_files_kld(qtbot, tmp_path):
     label, tip = labels[measured.path]
     assert label.endswith(" · KLD 0.0320") and "Measured against m-F16.gguf" in tip and "900 tokens" in tip
     assert "KLD" not in labels[other.path][0] and labels[other.path][1] == other.path
+
+
+def _labels_readable(chart) -> list[str]:
+    """The labels shown: each inside the plot, none over another or over a point."""
+    area = chart.plot_rect()
+    shown = [(text, rect) for text, rect in chart.labels() if rect is not None]
+    for text, rect in shown:
+        assert area.contains(rect), text
+    for (a, ra), (b, rb) in itertools.combinations(shown, 2):
+        assert not ra.intersects(rb), (a, b)
+    markers = chart.marker_rects()
+    for text, rect in shown:
+        assert not any(rect.intersects(m) for m in markers), text
+    return [text for text, _ in shown]
+
+
+def test_a_crowded_chart_labels_what_fits_without_overlap_and_again_after_a_resize(qtbot):
+    from app.ui.quantize.quality_chart import QualityChart
+    from tests.ui.pages.smollm2_quality_table import smollm2_rows
+
+    chart = QualityChart()
+    qtbot.addWidget(chart)
+    chart.resize(420, 480)  # its size beside the table in a 1280 x 800 window
+    chart.show()
+    rows = smollm2_rows()  # 53 files, most between 78 and 90 MiB
+    chart.set_rows(rows)
+    qtbot.waitUntil(lambda: not chart.labels_pending and any(rect for _text, rect in chart.labels()), timeout=5000)
+    narrow = _labels_readable(chart)
+    assert "Q4_K_M" in narrow and "Q8_0, MXFP4_MOE" in narrow  # the stock picks, and one label for one file
+    assert 10 < len(narrow) < len(chart.labels())  # the crowd is left to the tooltips and the table
+    # a point left unlabelled still names itself when hovered
+    tips = [tip for item in chart.plot.plotItem.items if hasattr(item, "points") for tip in
+            (p.data() for p in item.points())]
+    assert len(tips) == len(rows) and any(t.startswith("IQ3_XXS (with an importance matrix)\n82.9 MiB") for t in tips)
+
+    before = dict(chart.labels())
+    chart.resize(760, 560)
+    qtbot.waitUntil(lambda: not chart.labels_pending and dict(chart.labels()) != before, timeout=5000)
+    wide = _labels_readable(chart)
+    assert "Q4_K_M" in wide and len(wide) >= len(narrow)
