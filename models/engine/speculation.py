@@ -42,6 +42,7 @@ their distribution (the sampler sees the same picks and random draws).
 
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Optional, Sequence
 
@@ -168,6 +169,7 @@ class StepCost:
         self._seen: set[int] = set()  # the step sizes seen (the first of each is not counted)
         # Steps of one micro-batch, by size: [weight, mean time in one-token steps].
         self._sizes: dict[int, list[float]] = {}
+        self._measured: list[int] = []  # its keys, sorted (looked up at every step's plan)
         pinned = os.environ.get(COST_ENV)
         self.pinned = pinned is not None
         self.extra = float(pinned) if self.pinned else FIRST_EXTRA_COST
@@ -200,7 +202,10 @@ class StepCost:
             self._relax()
             return
         if len(sizes) == 1 and self._single > 0:
-            entry = self._sizes.setdefault(total, [0.0, 0.0])
+            entry = self._sizes.get(total)
+            if entry is None:
+                entry = self._sizes[total] = [0.0, 0.0]
+                bisect.insort(self._measured, total)
             entry[0] = entry[0] * self.decay + 1.0
             entry[1] += (seconds / self._single - entry[1]) / entry[0]
         if self._single > 0:
@@ -237,6 +242,7 @@ class StepCost:
             entry[0] *= 1.0 - RELAX
             if entry[0] < 0.01:  # forgotten: hoped for again
                 del self._sizes[size]
+                self._measured.remove(size)
 
     def units(self, sizes: Sequence[int]) -> float:
         """A step's predicted time in one-token steps."""
@@ -262,12 +268,13 @@ class StepCost:
         if entry is not None:
             weight, measured = entry
             return (weight * measured + SIZE_PRIOR * line) / (weight + SIZE_PRIOR)
-        below = max((s for s in self._sizes if s < size), default=None)
-        above = min((s for s in self._sizes if s > size), default=None)
-        if below is None:
+        at = bisect.bisect(self._measured, size)
+        if at == 0:
             return line
+        below = self._measured[at - 1]
         low = self._micro_batch(below)
-        if above is not None:
+        if at < len(self._measured):
+            above = self._measured[at]
             price = low + (self._micro_batch(above) - low) * (size - below) / (above - below)
             return price * (1.0 - HOPE) if size & (size - 1) == 0 else price
         return (low + self.per_token * (size - below)) * (1.0 - HOPE)
@@ -347,10 +354,12 @@ class RunRecord:
         self.first = first
         self.reached = np.zeros(longest + 1)  # [j]: faded count of drafts compared at j
         self.cut = np.zeros(longest + 1)  # [j]: faded count of drafts cut at j
+        self._yields: dict[int, np.ndarray] = {}  # by longest, until the next draft
 
     def add(self, drafted: int, kept: int, fade: float) -> None:
         """A draft of ``drafted`` tokens of which the first ``kept`` were kept; earlier
         drafts count ``fade`` as much as before."""
+        self._yields.clear()
         self.reached *= fade
         self.cut *= fade
         self.reached[1:min(kept + 1, drafted) + 1] += 1.0
@@ -365,6 +374,12 @@ class RunRecord:
     def yields(self, longest: int) -> np.ndarray:
         """``[k]``: the tokens a pass gives with a draft of ``k`` (0 … ``longest``): one
         chosen token plus the expected number of the draft's first ``k`` kept."""
+        table = self._yields.get(longest)
+        if table is None:
+            table = self._yields[longest] = self._count_yields(longest)
+        return table
+
+    def _count_yields(self, longest: int) -> np.ndarray:
         prior = 1.0 - self.first
         later = (self.cut[2:].sum() + 2.0 * prior) / (self.reached[2:].sum() + 2.0)
         cuts = self.cut[1:longest + 1].copy()
