@@ -44,8 +44,9 @@ class ChatOptions:
             model loaded with the model guess them (``draft_model.py``; the request then
             has the engine to itself); ``"off"`` decodes one token per pass.
             Either way the reply is the same as without.
-            (Token for token with flash attention on; llama.cpp's plain attention rounds
-            a batch slightly differently from one token, which can flip a near-tie.)
+            (Token for token with flash attention on and quantized weights; llama.cpp's
+            plain attention, and its matrix kernels for F32 weights, round a batch slightly
+            differently from one token, which can flip a near-tie.)
         draft_tokens: The most tokens guessed at once, 1 … 64. Prompt lookup chooses each
             draft's length up to it from the reply's acceptance and the step's measured
             cost, so the default (64) lets a reply that copies draft long; a draft model
