@@ -340,10 +340,10 @@ class RunRecord:
     the draft after a cut starts from a short, shaky match; the tokens further into a
     draft that got going are kept at a far higher rate. Drafts of 3 tokens kept at 98 %
     promise 36 tokens from a draft of 63 at one rate (1 − 2 % a token), where drafts of
-    48–64 tokens of the same replies (llama-server's) were kept at 96 %. So each position ``j`` has its own rate
-    of cuts among the drafts that reached it (a Kaplan–Meier estimate); a position few
-    drafts reached borrows the pooled rate of the positions after the first, and the
-    prior is the kind's :data:`FIRST_ACCEPTANCE` worth two drafts.
+    48–64 tokens of the same replies (llama-server's) were kept at 96 %. So each position
+    ``j`` has its own rate of cuts among the drafts that reached it (a Kaplan–Meier
+    estimate); a position few drafts reached borrows the pooled rate of the positions after
+    the first, and the prior is the kind's :data:`FIRST_ACCEPTANCE` worth two drafts.
 
     Args:
         longest: The longest draft of the kind.
