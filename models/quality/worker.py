@@ -63,7 +63,7 @@ def vocab_digest(llama: Any, vocab: Any, n_vocab: int) -> str:
     return h.hexdigest()
 
 
-class _Batch:
+class TokenBatch:
     """A ``llama_batch`` filled from numpy arrays."""
 
     def __init__(self, llama: Any, capacity: int) -> None:
@@ -188,7 +188,7 @@ def run_pass(request: dict, send: Any, cancel_shared: Any) -> dict:
     ctx = _context(llama, model, plan, request, log_capture,
                    collector.callback if collector else None)
     abort_hook = install_abort_hook(ctx, cancel_shared)
-    batch = _Batch(llama, plan.n_batch)
+    batch = TokenBatch(llama, plan.n_batch)
     add_bos = llama.llama_vocab_get_add_bos(vocab)
     bos = llama.llama_vocab_bos(vocab) if add_bos else None
     output_from = 0 if mode == "imatrix" else plan.first

@@ -34,6 +34,7 @@ import llama_cpp  # noqa: E402
 from models.engine import runtime  # noqa: E402
 from models.engine.llama_log import LlamaLogCapture  # noqa: E402
 from models.engine.settings import LoadSettings  # noqa: E402
+from models.quality.worker import TokenBatch  # noqa: E402
 from tests.benchmarks import llama_tools  # noqa: E402
 from tests.conftest import cached_models_dir, fetch_smollm2  # noqa: E402
 
@@ -45,18 +46,15 @@ class Sequence:
         self.ctx = model.llm.ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_vocab = model.llm.n_vocab()
-        self.tokens = tokens
-        self.batch = llama_cpp.llama_batch_init(max(512, len(tokens)), 0, 1)
+        self.tokens = np.asarray(tokens, dtype=np.int32)
+        self.batch = TokenBatch(llama_cpp, max(512, len(tokens)))
 
     def read(self, start: int, count: int, logits: bool = True) -> float:
         """Read tokens ``start`` … ``start + count`` in one batch; its seconds."""
-        batch = self.batch
-        for i in range(count):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = self.tokens[start + i], start + i, 1
-            batch.seq_id[i][0], batch.logits[i] = 0, logits
-        batch.n_tokens = count
+        self.batch.fill([self.tokens[start:start + count]], start,
+                        start if logits else start + count)
         began = time.perf_counter()
-        if llama_cpp.llama_decode(self.ctx, batch) != 0:
+        if llama_cpp.llama_decode(self.ctx, self.batch.batch) != 0:
             raise RuntimeError(f"llama_decode failed on {count} tokens")
         return time.perf_counter() - began
 
@@ -92,7 +90,8 @@ def main() -> int:
                                 context_length=args.context + 2 * max(sizes) + 8,
                                 batch_size=512, micro_batch_size=512, parallel=1,
                                 flash_attention=flash)
-        model = runtime.LoadedModel(str(model_path), settings, LlamaLogCapture())
+        capture = LlamaLogCapture()  # kept: llama.cpp logs through it until the model is closed
+        model = runtime.LoadedModel(str(model_path), settings, capture)
         text = "".join(p.read_text() for p in sorted((Path(__file__).parents[2] / "models"
                                                          / "engine").glob("*.py")))
         tokens = model.llm.tokenize(text.encode())[:args.context + max(sizes)]
@@ -122,6 +121,7 @@ def main() -> int:
             median = statistics.median(times[n])
             print(f"{n:6d} {median * 1000:9.2f} {median / single:16.2f} "
                   f"{n / (median / single):21.2f} {apart[n]:34.4f}")
+        model.close()
     return 0
 
 

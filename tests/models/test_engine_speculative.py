@@ -327,30 +327,25 @@ def test_a_reply_going_round_a_loop_drafts_past_its_own_end():
 
 
 TILE_CHECK = r"""
-import sys, numpy as np, llama_cpp
+import sys, numpy as np
 from models.engine import runtime
 from models.engine.llama_log import LlamaLogCapture
 from models.engine.settings import LoadSettings
+from tests.benchmarks.bench_step_sizes import Sequence
+capture = LlamaLogCapture()  # kept: llama.cpp logs through it until the model is closed
 model = runtime.LoadedModel(sys.argv[1], LoadSettings(threads=1, batch_threads=1,
-    context_length=1024, flash_attention=True), LlamaLogCapture())
-ctx, n_vocab = model.llm.ctx, model.llm.n_vocab()
-memory = llama_cpp.llama_get_memory(ctx)
-batch = llama_cpp.llama_batch_init(512, 0, 1)
-tokens = [(7 * i + 3) % 5000 + 100 for i in range(600)]
-def decode(start, count):
-    for i in range(count):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = tokens[start + i], start + i, 1
-        batch.seq_id[i][0], batch.logits[i] = 0, True
-    batch.n_tokens = count
-    assert llama_cpp.llama_decode(ctx, batch) == 0
-    return [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
-            for i in range(count)]
-decode(0, 400)
-one = [decode(400 + i, 1)[0] for i in range(64)]
+    context_length=1024, flash_attention=True), capture)
+seq = Sequence(model, [(7 * i + 3) % 5000 + 100 for i in range(600)])
+seq.read(0, 400, logits=False)
+one = []
+for i in range(64):
+    seq.read(400 + i, 1)
+    one.append(seq.rows(1)[0])
 for count in (63, 64):
-    llama_cpp.llama_memory_seq_rm(memory, 0, 400, -1)
-    rows = decode(400, count)
-    print(count, max(float(np.abs(a - b).max()) for a, b in zip(rows, one)))
+    seq.forget(400)
+    seq.read(400, count)
+    print(count, float(np.abs(seq.rows(count) - np.stack(one[:count])).max()))
+model.close()
 """
 
 
